@@ -1,0 +1,128 @@
+"""The command line: train, sample, trace. Thin on purpose: parse, load the config, call, print.
+
+torch is imported inside the commands, so `minigpt --help` answers without loading it.
+A `MinigptError` ends as one line on stderr and exit status 2; anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+
+from .errors import MinigptError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train a small GPT on a text file, sample from it, and trace one position through every block.",
+)
+
+CONFIG_HELP = "TOML config shared by train, sample and trace (default: configs/default.toml)."
+SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
+RUN_HELP = "Run folder to load (default: the one the config names, runs/<config name>)."
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit non-zero."""
+    typer.echo(f"minigpt: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def user_errors(command: Callable) -> Callable:
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except MinigptError as exc:
+            fail(str(exc))
+    return wrapper
+
+
+def load(config: Optional[Path], overrides: List[str], **flags) -> "Config":  # noqa: F821
+    """The config file plus --set overrides plus the dedicated flags (which win)."""
+    from .config import load_config
+
+    extra = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+    return load_config(config, [*overrides, *extra])
+
+
+@app.command()
+@user_errors
+def train(
+    config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
+    data: Optional[Path] = typer.Option(None, "--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run folder to write (default: runs/<config name>)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps (overrides [train] steps)."),
+    overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in the run folder from its checkpoint."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summaries (for scripts)."),
+) -> None:
+    """Train a model on a text file; write config, tokenizer, checkpoint and metrics to a run folder."""
+    if resume and force:
+        fail("--resume and --force contradict each other; --resume continues a run, --force replaces it")
+    cfg = load(config, overrides,
+               **{"train.data": str(Path(data).resolve()) if data else None,
+                  "train.out": str(Path(out).resolve()) if out else None,
+                  "train.steps": steps})
+    from .train import run_training
+
+    run_training(cfg, resume=resume, force=force, quiet=quiet)
+
+
+@app.command()
+@user_errors
+def sample(
+    config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
+    run: Optional[Path] = typer.Option(None, "--run", help=RUN_HELP),
+    prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Text to continue. An empty prompt starts from a newline."),
+    prompt_file: Optional[Path] = typer.Option(None, "--prompt-file", help="Read the prompt from a UTF-8 file."),
+    max_new_tokens: Optional[int] = typer.Option(None, "-n", "--max-new-tokens", help="Tokens to generate."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Softmax temperature (> 0)."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="Keep the k most likely tokens (0 = off)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling mass in (0, 1] (1 = off)."),
+    greedy: Optional[bool] = typer.Option(None, "--greedy/--no-greedy", help="Always take the most likely token."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Independent samples, generated as one batch."),
+    stop: Optional[str] = typer.Option(None, "--stop", help="Stop a sample when this text appears in its completion."),
+    slide: Optional[bool] = typer.Option(None, "--slide/--no-slide", help="Past the position table, continue with a sliding window (default) or stop there."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per sample instead of streaming text."),
+    overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+) -> None:
+    """Continue a prompt with a trained model."""
+    typer.echo("minigpt sample: not implemented yet", err=True)
+    raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def trace(
+    config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
+    run: Optional[Path] = typer.Option(None, "--run", help=RUN_HELP),
+    prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Text whose tokens are traced."),
+    ids: Optional[str] = typer.Option(None, "--ids", help="Token ids instead of a prompt, e.g. 0,1,2."),
+    position: Optional[int] = typer.Option(None, "--position", help="Position to follow (default: the last; negative counts from the end)."),
+    block: Optional[int] = typer.Option(None, "--block", help="Show only this block (default: all)."),
+    digits: int = typer.Option(4, "--digits", help="Decimals shown for each number."),
+    top: int = typer.Option(5, "--top", help="Next-token candidates shown."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole trace as one JSON object with full rows."),
+    overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+) -> None:
+    """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output."""
+    typer.echo("minigpt trace: not implemented yet", err=True)
+    raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

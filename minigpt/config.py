@@ -1,0 +1,274 @@
+"""One TOML file, four sections, typed and validated.
+
+`[model]`, `[tokenizer]`, `[train]` and `[sample]` map onto the dataclasses below. Every key is
+checked for name, type and allowed range; a typo gets the closest known key suggested. The same
+checks apply to `--set section.key=value` overrides, so the command line cannot smuggle in a value
+the file would be refused for.
+
+Relative paths inside a config file are resolved against the file's own folder (as pyproject and
+tsconfig do), so a config works whatever directory the command runs in. Paths given with `--set`
+are resolved against the current directory, like any other shell argument.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.toml"
+DEFAULT_CORPUS = PROJECT_ROOT / "data" / "tinyshakespeare.txt"
+
+
+def _spec(default: Any, help: str, *, choices: tuple = (), minimum: float | None = None,
+          maximum: float | None = None, exclusive_max: bool = False, positive: bool = False):
+    """A dataclass field carrying what is allowed, so validation and messages come from one place."""
+    return field(default=default, metadata=dict(help=help, choices=choices, minimum=minimum,
+                                                maximum=maximum, exclusive_max=exclusive_max,
+                                                positive=positive))
+
+
+@dataclass
+class ModelConfig:
+    context: int = _spec(32, "rows of the learned position table = the longest context accepted", minimum=1)
+    n_layer: int = _spec(4, "number of transformer blocks", minimum=1)
+    n_head: int = _spec(4, "attention heads per block", minimum=1)
+    n_embd: int = _spec(128, "model width C (a multiple of n_head)", minimum=1)
+    ffn_hidden: int = _spec(512, "hidden width F of the position-wise FFN", minimum=1)
+    norm_eps: float = _spec(1e-5, "epsilon added to the variance inside each norm", positive=True)
+    dropout: float = _spec(0.0, "dropout probability (0 for exact teaching runs)", minimum=0.0,
+                           maximum=1.0, exclusive_max=True)
+    norm: str = _spec("layernorm", "normalisation", choices=("layernorm", "rmsnorm"))
+    norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
+    activation: str = _spec("relu", "FFN non-linearity", choices=("relu", "gelu", "swiglu"))
+    bias: bool = _spec(True, "biases in the linear layers and the norms")
+    tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
+    dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs",
+                       choices=("float32", "float64"))
+
+
+@dataclass
+class TokenizerConfig:
+    kind: str = _spec("bpe", "byte-level BPE, one id per character, or 256 byte ids",
+                      choices=("bpe", "char", "byte"))
+    vocab_size: int = _spec(1024, "BPE vocabulary size (at least 257: 256 bytes plus merges)", minimum=1)
+
+
+@dataclass
+class TrainConfig:
+    data: str = _spec(str(DEFAULT_CORPUS), "UTF-8 text file to train on")
+    out: str = _spec("", "run folder; empty means runs/<config name> under the current directory")
+    val_fraction: float = _spec(0.1, "contiguous tail of the text kept for validation", positive=True,
+                                maximum=1.0, exclusive_max=True)
+    batch_size: int = _spec(32, "windows per optimizer micro-step", minimum=1)
+    grad_accum: int = _spec(1, "micro-steps accumulated per optimizer step", minimum=1)
+    steps: int = _spec(2000, "optimizer steps", minimum=1)
+    learning_rate: float = _spec(3e-3, "peak learning rate", positive=True)
+    min_lr: float = _spec(1e-4, "learning rate at the end of the cosine decay", minimum=0.0)
+    warmup_steps: int = _spec(100, "linear warmup steps", minimum=0)
+    weight_decay: float = _spec(0.1, "AdamW weight decay, applied to matrices only", minimum=0.0)
+    beta1: float = _spec(0.9, "AdamW beta1", minimum=0.0, maximum=1.0, exclusive_max=True)
+    beta2: float = _spec(0.99, "AdamW beta2", minimum=0.0, maximum=1.0, exclusive_max=True)
+    grad_clip: float = _spec(1.0, "clip the global gradient norm to this (0 disables)", minimum=0.0)
+    eval_interval: int = _spec(250, "steps between validation evaluations", minimum=1)
+    eval_batches: int = _spec(16, "fixed validation batches per evaluation", minimum=1)
+    log_interval: int = _spec(10, "steps between training-loss records in metrics.jsonl", minimum=1)
+    checkpoint_interval: int = _spec(250, "steps between checkpoints (also saved at the end)", minimum=1)
+    seed: int = _spec(1337, "seed for initialisation, batches and dropout")
+    device: str = _spec("auto", "where to train; auto picks cuda when present, else cpu",
+                        choices=("auto", "cpu", "cuda", "mps"))
+    threads: int = _spec(0, "CPU threads for torch (0 keeps torch's default)", minimum=0)
+
+
+@dataclass
+class SampleConfig:
+    prompt: str = _spec("", "text to continue; empty starts from a newline")
+    max_new_tokens: int = _spec(200, "tokens to generate", minimum=0)
+    temperature: float = _spec(0.8, "softmax temperature", positive=True)
+    top_k: int = _spec(0, "keep only the k most likely tokens (0 = off)", minimum=0)
+    top_p: float = _spec(1.0, "nucleus sampling mass (1.0 = off)", positive=True, maximum=1.0)
+    greedy: bool = _spec(False, "always take the most likely token")
+    seed: int = _spec(1337, "sampling seed")
+    num_samples: int = _spec(1, "independent samples, generated as one batch", minimum=1)
+    stop: str = _spec("", "stop a sample once this text appears in its completion (empty = never)")
+    slide: bool = _spec(True, "past the position table, keep going with a sliding window")
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "tokenizer": TokenizerConfig,
+    "train": TrainConfig,
+    "sample": SampleConfig,
+}
+PATH_KEYS = {("train", "data"), ("train", "out")}
+
+
+@dataclass
+class Config:
+    model: ModelConfig
+    tokenizer: TokenizerConfig
+    train: TrainConfig
+    sample: SampleConfig
+    name: str = "default"          # the config file's stem; names the default run folder
+    source: str = "<defaults>"     # where it came from, for messages
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.train.out) if self.train.out else Path.cwd() / "runs" / self.name
+
+    def to_toml(self) -> str:
+        """The resolved config, written so that `load_config` reads back exactly these values."""
+        lines = [f"# resolved minigpt config (from {self.source})"]
+        for section in SECTIONS:
+            lines.append(f"\n[{section}]")
+            for key, value in asdict(getattr(self, section)).items():
+                lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
+
+
+def _type_name(kind: type) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
+
+
+def _check_value(section: str, key: str, value: Any, where: str) -> Any:
+    cls = SECTIONS[section]
+    spec = {f.name: f for f in fields(cls)}[key]
+    kind = {"int": int, "float": float, "bool": bool, "str": str}[spec.type]
+    meta = spec.metadata
+    shown = f"[{section}] {key} = {_toml_value(value) if isinstance(value, (bool, int, float, str)) else value!r}"
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) if kind is int else
+          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
+          isinstance(value, str))
+    if not ok:
+        raise ConfigError(f"{where}: {shown} is not {_type_name(kind)}; expected {_type_name(kind)} "
+                          f"({meta['help']})")
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {shown} is not finite; expected a finite number")
+    if meta["choices"] and value not in meta["choices"]:
+        allowed = ", ".join(meta["choices"])
+        close = difflib.get_close_matches(str(value), meta["choices"], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: {shown} is not allowed; choose one of: {allowed}{hint}")
+    if meta["positive"] and value <= 0:
+        raise ConfigError(f"{where}: {shown} must be greater than 0")
+    if meta["minimum"] is not None and value < meta["minimum"]:
+        raise ConfigError(f"{where}: {shown} must be at least {meta['minimum']}")
+    if meta["maximum"] is not None:
+        too_big = value >= meta["maximum"] if meta["exclusive_max"] else value > meta["maximum"]
+        if too_big:
+            word = "below" if meta["exclusive_max"] else "at most"
+            raise ConfigError(f"{where}: {shown} must be {word} {meta['maximum']}")
+    return value
+
+
+def _unknown(name: str, known: list[str], what: str, where: str) -> ConfigError:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(f"{where}: unknown {what} {name!r}; {hint}allowed: {', '.join(known)}")
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any, where: str,
+           base: Path) -> None:
+    if section not in SECTIONS:
+        raise _unknown(section, list(SECTIONS), "section", where)
+    known = [f.name for f in fields(SECTIONS[section])]
+    if key not in known:
+        raise _unknown(key, known, f"key in [{section}]:", where)
+    value = _check_value(section, key, value, where)
+    if (section, key) in PATH_KEYS and value:
+        value = _resolve_path(value, base)
+    values[section][key] = value
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """`section.key=value` -> (section, key, value). The value is read as TOML, else as a bare string."""
+    where = f"--set {text}"
+    name, sep, raw = text.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not section or not key:
+        raise ConfigError(f"{where}: expected section.key=value, e.g. --set model.n_layer=2")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # bare words such as --set tokenizer.kind=char
+    return section, key.strip(), value
+
+
+def _cross_checks(cfg: Config) -> None:
+    where = cfg.source
+    m, t, tr = cfg.model, cfg.tokenizer, cfg.train
+    if m.n_embd % m.n_head:
+        raise ConfigError(f"{where}: [model] n_embd = {m.n_embd} is not divisible by n_head = {m.n_head}; "
+                          f"choose n_embd a multiple of n_head (e.g. {m.n_head * max(1, m.n_embd // m.n_head)})")
+    if t.kind == "bpe" and t.vocab_size < 257:
+        raise ConfigError(f"{where}: [tokenizer] vocab_size = {t.vocab_size} is too small for kind = \"bpe\"; "
+                          f"byte-level BPE needs at least 257 (256 bytes plus merges)")
+    if tr.min_lr > tr.learning_rate:
+        raise ConfigError(f"{where}: [train] min_lr = {tr.min_lr} is above learning_rate = {tr.learning_rate}; "
+                          f"set min_lr at most learning_rate")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a config file (the shipped default when None), apply --set overrides, validate."""
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    where = str(path)
+    if not path.exists():
+        raise ConfigError(f"config file {where} does not exist; pass an existing TOML file with -c "
+                          f"(e.g. {DEFAULT_CONFIG})")
+    if path.is_dir():
+        raise ConfigError(f"config file {where} is a directory; pass a TOML file with -c")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML ({exc}); fix the syntax") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text; a config must be a UTF-8 TOML file") from None
+
+    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    base = path.resolve().parent
+    for section, table in raw.items():
+        if section not in SECTIONS:
+            raise _unknown(section, list(SECTIONS), "section", where)
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: {section} must be a [{section}] table of keys")
+        for key, value in table.items():
+            _apply(values, section, key, value, where, base)
+    for text in overrides:
+        section, key, value = parse_override(text)
+        _apply(values, section, key, value, f"--set {text}", Path.cwd())
+
+    cfg = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS}, name=path.stem, source=where)
+    if overrides:
+        cfg.source = f"{where} with --set {' '.join(overrides)}"
+    _cross_checks(cfg)
+    return cfg
+
+
+def model_section_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """`key: a-value != b-value` for every [model] key on which two model sections disagree."""
+    keys = sorted(set(a) | set(b))
+    return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]

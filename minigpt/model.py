@@ -1,0 +1,317 @@
+"""MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
+
+    x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
+    for block in blocks (pre-norm, chapter 17.5):
+        norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
+        norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
+        output = residual1 + ffn;  x = output
+    logits = final_norm(x) W_head
+
+Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
+A `Recorder` passed to `forward` records every named stage of this same pass; there is no second
+implementation for the trace to drift from. Without a recorder attention takes the fused
+scaled-dot-product kernel; with one it computes the weights explicitly so they can be shown.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .errors import MinigptError
+
+# The seven stages of a block, in the order they are computed.
+PRE_NORM_STAGES = ("norm1", "attention", "residual1", "norm2", "hidden", "ffn", "output")
+# Post-norm (chapter 17.6) computes the same kinds of value in another order; `residual2` is the
+# second sum before LN2, and `output` is LN2 of it (the same values as `norm2`).
+POST_NORM_STAGES = ("attention", "residual1", "norm1", "hidden", "ffn", "residual2", "norm2", "output")
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class ContextTooLongError(MinigptError):
+    """A sequence needs a position row the learned table does not have."""
+
+
+class TokenOutOfRangeError(MinigptError):
+    """A token id outside [0, vocab_size)."""
+
+
+class ResidualShapeError(ValueError):
+    """A residual add whose operands differ in shape (chapter 17.2: no broadcasting)."""
+
+
+class Recorder:
+    """Named stages of one forward pass: `input`, `blocks.{i}.{stage}`, `blocks.{i}.attention_weights`,
+    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached."""
+
+    def __init__(self, prefix: str = "", stages: dict[str, Tensor] | None = None):
+        self.prefix = prefix
+        self.stages: dict[str, Tensor] = {} if stages is None else stages
+
+    def record(self, name: str, value: Tensor) -> None:
+        self.stages[self.prefix + name] = value.detach()
+
+    def scoped(self, prefix: str) -> "Recorder":
+        """A view that writes into the same dict under `prefix.`"""
+        return Recorder(self.prefix + prefix + ".", self.stages)
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.stages[name]
+
+    def block(self, index: int) -> dict[str, Tensor]:
+        """The stages of block `index`, keyed by their bare names (`norm1`, ...)."""
+        head = f"blocks.{index}."
+        return {k[len(head):]: v for k, v in self.stages.items() if k.startswith(head)}
+
+
+def residual(stream: Tensor, update: Tensor) -> Tensor:
+    """stream + update, refusing any broadcast: one update per example and position (chapter 17.2)."""
+    if stream.shape != update.shape:
+        raise ResidualShapeError(f"residual add needs equal shapes, got {list(stream.shape)} + "
+                                 f"{list(update.shape)}; broadcasting would reuse one update for many rows")
+    return stream + update
+
+
+class LayerNorm(nn.Module):
+    """LN(x)_c = gamma_c (x_c - mu) / sqrt(sigma^2 + eps) + beta_c over the last axis only, with the
+    biased variance (divide by C): chapter 17.3. Computed by torch's fused kernel, which a test checks
+    against the formula."""
+
+    def __init__(self, width: int, eps: float, bias: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm(x)_i = g_i x_i / sqrt(mean(x^2) + eps): rescales without subtracting the mean."""
+
+    def __init__(self, width: int, eps: float, bias: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    kind = LayerNorm if cfg.norm == "layernorm" else RMSNorm
+    return kind(cfg.n_embd, cfg.norm_eps, cfg.bias)
+
+
+class LayerCache:
+    """Keys and values one block has computed so far, in buffers sized to the position table."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.length = 0
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.keys is None:
+            shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
+            self.keys = k.new_empty(shape)
+            self.values = v.new_empty(shape)
+        end = self.length + k.shape[2]
+        self.keys[:, :, self.length:end] = k
+        self.values[:, :, self.length:end] = v
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+class KVCache:
+    """One LayerCache per block; `length` is how many positions the model has already seen."""
+
+    def __init__(self, n_layer: int, capacity: int):
+        self.layers = [LayerCache(capacity) for _ in range(n_layer)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention: project, split into heads, mask, softmax, mix values, join, W_O."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.head_width = cfg.n_embd // cfg.n_head
+        # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path.
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.out = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # W_O
+        self.dropout = cfg.dropout
+
+    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None) -> Tensor:
+        B, T, C = x.shape
+        # split: [B, T, C] -> [B, H, T, d]; head h reads coordinates h*d .. (h+1)*d - 1
+        q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2)
+                   for t in self.qkv(x).split(C, dim=2))
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.extend(k, v)
+        S = k.shape[2]  # keys visible in total: the cached ones plus these T
+        p = self.dropout if self.training else 0.0
+        if recorder is None:
+            if past == 0:
+                mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)
+            else:
+                mask = None if T == 1 else _causal_mask(T, S, past, x.device)
+                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_width)  # [B, H, T, S]
+            scores = scores.masked_fill(~_causal_mask(T, S, past, x.device), float("-inf"))
+            weights = torch.softmax(scores, dim=-1)
+            recorder.record("attention_weights", weights)
+            mixed = F.dropout(weights, p, self.training) @ v
+        joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
+        return F.dropout(self.out(joined), p, self.training)
+
+
+def _causal_mask(T: int, S: int, past: int, device) -> Tensor:
+    """[T, S] booleans: query i (absolute position past + i) may read key j iff j <= past + i."""
+    rows = torch.arange(T, device=device).unsqueeze(1) + past
+    return torch.arange(S, device=device).unsqueeze(0) <= rows
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: hidden = act(x W1 + b1), ffn = hidden W2 + b2 (chapter 17.4).
+    With swiglu, W1 holds the gate and value projections side by side: hidden = SiLU(gate) * value."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.activation = cfg.activation
+        widen = 2 if cfg.activation == "swiglu" else 1
+        self.W1 = nn.Linear(cfg.n_embd, widen * cfg.ffn_hidden, bias=cfg.bias)
+        self.W2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def hidden(self, x: Tensor) -> Tensor:
+        pre = self.W1(x)
+        if self.activation == "relu":
+            return F.relu(pre)
+        if self.activation == "gelu":
+            return F.gelu(pre)
+        gate, value = pre.chunk(2, dim=-1)
+        return F.silu(gate) * value
+
+    def project(self, hidden: Tensor) -> Tensor:
+        return F.dropout(self.W2(hidden), self.dropout, self.training)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre_norm = cfg.norm_position == "pre"
+        self.norm1 = make_norm(cfg)
+        self.attention = CausalSelfAttention(cfg)
+        self.norm2 = make_norm(cfg)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None) -> Tensor:
+        stage = {}
+        if self.pre_norm:  # chapter 17.5
+            stage["norm1"] = norm1 = self.norm1(x)
+            stage["attention"] = attention = self.attention(norm1, recorder, cache)
+            stage["residual1"] = residual1 = residual(x, attention)
+            stage["norm2"] = norm2 = self.norm2(residual1)
+            stage["hidden"] = hidden = self.ffn.hidden(norm2)
+            stage["ffn"] = ffn = self.ffn.project(hidden)
+            stage["output"] = output = residual(residual1, ffn)
+        else:  # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
+            stage["attention"] = attention = self.attention(x, recorder, cache)
+            stage["residual1"] = residual1 = residual(x, attention)
+            stage["norm1"] = norm1 = self.norm1(residual1)
+            stage["hidden"] = hidden = self.ffn.hidden(norm1)
+            stage["ffn"] = ffn = self.ffn.project(hidden)
+            stage["residual2"] = residual2 = residual(norm1, ffn)
+            stage["norm2"] = stage["output"] = output = self.norm2(residual2)
+        if recorder is not None:
+            for name, value in stage.items():
+                recorder.record(name, value)
+        return output
+
+
+class MiniGPT(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        if vocab_size < 1:
+            raise MinigptError(f"vocab_size = {vocab_size}; a model needs at least one token")
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.context = cfg.context
+        self.token_table = nn.Embedding(vocab_size, cfg.n_embd)         # E: [V, C]
+        self.position_table = nn.Embedding(cfg.context, cfg.n_embd)     # P: [context, C]
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.final_norm = make_norm(cfg)
+        self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.token_table.weight
+        self._init_weights(cfg)
+        self.to(DTYPES[cfg.dtype])
+
+    def _init_weights(self, cfg: ModelConfig) -> None:
+        # GPT-2's scheme: N(0, 0.02) everywhere, and the two projections that write into the residual
+        # stream scaled by 1/sqrt(2 n_layer) so the stream's variance does not grow with depth.
+        std = 0.02
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            for proj in (block.attention.out, block.ffn.W2):
+                nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * cfg.n_layer))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def check_ids(self, ids: Tensor, start: int = 0) -> None:
+        """Refuse what the tables cannot represent, before any row is read."""
+        end = start + ids.shape[1]
+        if end > self.context:
+            seen = f"{start} cached + {ids.shape[1]} new = {end}" if start else f"{end}"
+            raise ContextTooLongError(
+                f"sequence of {seen} positions is longer than the position table ({self.context} rows, "
+                f"[model] context); the model refuses rather than invent a row it never trained; "
+                f"use at most {self.context} tokens")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise TokenOutOfRangeError(f"token id {bad} is outside the vocabulary (ids 0..{self.vocab_size - 1}); "
+                                       f"use ids the tokenizer produced")
+
+    def forward(self, ids: Tensor, targets: Tensor | None = None, recorder: Recorder | None = None,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given."""
+        start = cache.length if cache is not None else 0
+        self.check_ids(ids, start)
+        T = ids.shape[1]
+        positions = torch.arange(start, start + T, device=ids.device)
+        x = self.token_table(ids) + self.position_table(positions)
+        x = F.dropout(x, self.cfg.dropout, self.training)
+        if recorder is not None:
+            recorder.record("input", x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, recorder.scoped(f"blocks.{i}") if recorder is not None else None,
+                      cache.layers[i] if cache is not None else None)
+        final = self.final_norm(x)
+        logits = self.head(final)
+        if recorder is not None:
+            recorder.record("final_norm", final)
+            recorder.record("logits", logits)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return logits, loss

@@ -1,0 +1,142 @@
+"""Tokenizers built with Hugging Face `tokenizers`: byte-level BPE, char and byte.
+
+Every kind is saved as a plain `tokenizer.json` that `tokenizers.Tokenizer.from_file` loads. On top
+of the library we keep one table, `pieces`: the exact bytes each id stands for. Decoding joins those
+bytes and decodes UTF-8 once, so a byte-level model's output can never crash on a split character,
+and streaming holds back an incomplete sequence until its last byte arrives.
+
+Text is encoded line by line (line endings kept) with the library's batch encoder, both for the
+corpus and for prompts, so a prompt is split exactly as the same text was split in training.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from .errors import MinigptError
+
+KINDS = ("bpe", "char", "byte")
+
+
+def _byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters, which is the
+    alphabet `pre_tokenizers.ByteLevel` writes byte-level tokens in."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+BYTE_TO_UNICODE = _byte_to_unicode()
+UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
+
+
+def _byte_level(model) -> Tokenizer:
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(kind: str, vocab_size: int, text: str) -> Tokenizer:
+    """A new tokenizer of `kind` fitted to `text` (the training split only, never validation)."""
+    if kind == "bpe":
+        tok = _byte_level(models.BPE())
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(text.splitlines(keepends=True), trainer=trainer)
+        return tok
+    if kind == "byte":
+        # id == byte value, so a learner can read ids as bytes.
+        vocab = {BYTE_TO_UNICODE[b]: b for b in range(256)}
+        return _byte_level(models.BPE(vocab=vocab, merges=[]))
+    if kind == "char":
+        vocab = {ch: i for i, ch in enumerate(sorted(set(text)))}
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+        tok.decoder = decoders.Fuse()
+        return tok
+    raise MinigptError(f"tokenizer kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
+
+
+class TextTokenizer:
+    """A `tokenizers.Tokenizer` plus the byte table that makes decoding exact and streamable."""
+
+    def __init__(self, tok: Tokenizer):
+        self.tok = tok
+        self.byte_level = isinstance(tok.decoder, decoders.ByteLevel)
+        vocab = tok.get_vocab()
+        self.vocab_size = tok.get_vocab_size()
+        self.pieces: list[bytes] = [b""] * self.vocab_size
+        for piece, i in vocab.items():
+            self.pieces[i] = (bytes(UNICODE_TO_BYTE[c] for c in piece) if self.byte_level
+                              else piece.encode("utf-8"))
+        # Characters a char tokenizer knows; None means any text can be encoded.
+        self.alphabet = None if self.byte_level else set(vocab)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TextTokenizer":
+        path = Path(path)
+        if not path.is_file():
+            raise MinigptError(f"tokenizer file {path} does not exist; train a run first (minigpt train)")
+        try:
+            return cls(Tokenizer.from_file(str(path)))
+        except Exception as exc:  # the library raises plain Exceptions for malformed files
+            raise MinigptError(f"tokenizer file {path} could not be read ({exc}); retrain the run") from None
+
+    def to_str(self) -> str:
+        return self.tok.to_str()
+
+    def fingerprint(self) -> str:
+        """sha256 of the serialised tokenizer: what a checkpoint records and a resume compares."""
+        return hashlib.sha256(self.to_str().encode("utf-8")).hexdigest()
+
+    def unknown_characters(self, text: str) -> list[str]:
+        return [] if self.alphabet is None else sorted(set(text) - self.alphabet)
+
+    def encode(self, text: str) -> list[int]:
+        """Ids for `text`; a char tokenizer refuses characters it never saw, naming them."""
+        return [i for ids in self.encode_lines(text.splitlines(keepends=True)) for i in ids]
+
+    def encode_lines(self, lines: list[str]) -> list[list[int]]:
+        unknown = self.unknown_characters("".join(lines))
+        if unknown:
+            shown = " ".join(repr(c) for c in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+            raise MinigptError(f"text has {len(unknown)} character(s) the char tokenizer never saw in "
+                               f"training: {shown}; remove them or train with tokenizer.kind = \"bpe\" or \"byte\"")
+        return [e.ids for e in self.tok.encode_batch(lines, add_special_tokens=False)]
+
+    def token_text(self, i: int) -> str:
+        """One token as readable text (a split multi-byte character shows its replacement mark)."""
+        return self.pieces[i].decode("utf-8", errors="replace")
+
+    def decode(self, ids: list[int]) -> str:
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+    def stream(self) -> "StreamDecoder":
+        return StreamDecoder(self.pieces)
+
+
+class StreamDecoder:
+    """Turns ids into text as they arrive, holding back a UTF-8 sequence until it is complete."""
+
+    def __init__(self, pieces: list[bytes]):
+        self.pieces = pieces
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        return self._utf8.decode(self.pieces[token_id])
+
+    def flush(self) -> str:
+        """Whatever is still held back, at the end of generation (an unfinished sequence shows as U+FFFD)."""
+        return self._utf8.decode(b"", final=True)
