@@ -122,3 +122,19 @@ def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu") ->
     model = MiniGPT(cfg.model, payload["vocab_size"])
     model.load_state_dict(payload["model"])
     return model.to(device).eval(), tokenizer
+
+
+def model_payload(cfg: Config, model: MiniGPT) -> dict[str, Any]:
+    """What any checkpoint holds; training adds optimizer, step, RNG states and hashes."""
+    return {"format": FORMAT_VERSION, "model": model.state_dict(), "model_config": asdict(cfg.model),
+            "vocab_size": model.vocab_size}
+
+
+def write_model_run(run_dir: Path, cfg: Config, model: MiniGPT, tokenizer: TextTokenizer) -> None:
+    """A run folder that sample and trace can load, from a model made outside `minigpt train`
+    (the chapter-17 teaching weights, test fixtures)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
+    atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
+    save_checkpoint(run_dir / CHECKPOINT_FILE, model_payload(cfg, model))

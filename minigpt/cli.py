@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -46,11 +47,13 @@ def user_errors(command: Callable) -> Callable:
 
 
 def load(config: Optional[Path], overrides: List[str], **flags) -> "Config":  # noqa: F821
-    """The config file plus --set overrides plus the dedicated flags (which win)."""
+    """The config file, then --set overrides, then the dedicated flags, which win. Flags come as
+    {"section.key": value} (None: flag not given) and are named in messages as --key-with-dashes."""
     from .config import load_config
 
-    extra = [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
-    return load_config(config, [*overrides, *extra])
+    typed = {name: ("--" + name.partition(".")[2].replace("_", "-"), value)
+             for name, value in flags.items() if value is not None}
+    return load_config(config, overrides, typed)
 
 
 @app.command()
@@ -69,12 +72,17 @@ def train(
     if resume and force:
         fail("--resume and --force contradict each other; --resume continues a run, --force replaces it")
     cfg = load(config, overrides,
-               **{"train.data": str(Path(data).resolve()) if data else None,
-                  "train.out": str(Path(out).resolve()) if out else None,
+               **{"train.data": str(data) if data else None, "train.out": str(out) if out else None,
                   "train.steps": steps})
     from .train import run_training
 
-    run_training(cfg, resume=resume, force=force, quiet=quiet)
+    # The same choices, spelled for the follow-up commands the user is told to run.
+    chosen = [*(["-c", str(config)] if config else []), *[a for o in overrides for a in ("--set", o)]]
+    again = [*chosen, *(["--data", str(data)] if data else []), *(["--out", str(out)] if out else []),
+             *(["--steps", str(steps)] if steps is not None else [])]
+    run_training(cfg, resume=resume, force=force, quiet=quiet,
+                 resume_command=shlex.join(["minigpt", "train", *again, "--resume"]),
+                 sample_command=shlex.join(["minigpt", "sample", *chosen, *(["--run", str(out)] if out else [])]))
 
 
 @app.command()
@@ -95,10 +103,26 @@ def sample(
     slide: Optional[bool] = typer.Option(None, "--slide/--no-slide", help="Past the position table, continue with a sliding window (default) or stop there."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per sample instead of streaming text."),
     overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+    kv_cache: bool = typer.Option(True, "--kv-cache/--no-kv-cache", hidden=True, help="Use the KV cache while the window fills (off: full recompute, for benchmarks)."),
 ) -> None:
-    """Continue a prompt with a trained model."""
-    typer.echo("minigpt sample: not implemented yet", err=True)
-    raise typer.Exit(1)
+    """Continue a prompt with a trained model. An empty prompt starts from a newline.
+
+    A prompt longer than the model's context (the rows of its position table) is refused, never cropped. Past the table, generation continues with a sliding window of the last context tokens, or stops with --no-slide.
+    """
+    if prompt is not None and prompt_file is not None:
+        fail("--prompt and --prompt-file were both given; pass the prompt one way")
+    cfg = load(config, overrides,
+               **{"sample.max_new_tokens": max_new_tokens, "sample.temperature": temperature,
+                  "sample.top_k": top_k, "sample.top_p": top_p, "sample.greedy": greedy,
+                  "sample.seed": seed, "sample.num_samples": num_samples, "sample.slide": slide})
+    from .generate import read_prompt_file, sample_command
+
+    # Prompt and stop text are free text: taken as given, not round-tripped through TOML.
+    if stop is not None:
+        cfg.sample.stop = stop
+    text = (read_prompt_file(prompt_file) if prompt_file is not None
+            else prompt if prompt is not None else cfg.sample.prompt)
+    sample_command(cfg, text, run, as_json=as_json, use_cache=kv_cache)
 
 
 @app.command()
@@ -116,8 +140,20 @@ def trace(
     overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
 ) -> None:
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output."""
-    typer.echo("minigpt trace: not implemented yet", err=True)
-    raise typer.Exit(1)
+    if (prompt is None) == (ids is None):
+        fail("give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4")
+    from .trace import check_display_options, parse_ids, prompt_ids, render_text, to_json, trace_position
+
+    check_display_options(digits, top)
+    token_ids = parse_ids(ids) if ids is not None else None
+    cfg = load(config, overrides)
+    from .checkpoint import load_model
+
+    model, tokenizer = load_model(cfg, run, device="cpu")
+    if token_ids is None:
+        token_ids = prompt_ids(tokenizer, prompt)
+    result = trace_position(model, tokenizer, token_ids, position=position, block=block, top=top)
+    typer.echo(to_json(result) if as_json else render_text(result, digits=digits))
 
 
 def main() -> None:

@@ -150,7 +150,8 @@ def _check_value(section: str, key: str, value: Any, where: str) -> Any:
     spec = {f.name: f for f in fields(cls)}[key]
     kind = {"int": int, "float": float, "bool": bool, "str": str}[spec.type]
     meta = spec.metadata
-    shown = f"[{section}] {key} = {_toml_value(value) if isinstance(value, (bool, int, float, str)) else value!r}"
+    literal = _toml_value(value) if isinstance(value, (bool, int, float, str)) else repr(value)
+    shown = f"[{section}] {key} = {literal}"
     ok = (isinstance(value, bool) if kind is bool else
           isinstance(value, int) and not isinstance(value, bool) if kind is int else
           isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
@@ -232,8 +233,10 @@ def _cross_checks(cfg: Config) -> None:
                           f"set min_lr at most learning_rate")
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a config file (the shipped default when None), apply --set overrides, validate."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                flags: dict[str, tuple[str, Any]] | None = None) -> Config:
+    """Read a config file (the shipped default when None), apply --set overrides, then dedicated
+    command-line flags ({"train.steps": ("--steps", 500)}, already typed), and validate."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     where = str(path)
     if not path.exists():
@@ -260,6 +263,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     for text in overrides:
         section, key, value = parse_override(text)
         _apply(values, section, key, value, f"--set {text}", Path.cwd())
+    for name, (flag, value) in (flags or {}).items():
+        section, _, key = name.partition(".")
+        _apply(values, section, key, value, f"{flag} {value}", Path.cwd())
 
     cfg = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS}, name=path.stem, source=where)
     if overrides:

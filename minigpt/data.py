@@ -1,0 +1,158 @@
+"""Text file -> token ids -> batches.
+
+The text is read as strict UTF-8, split into a training head and a contiguous validation tail
+(`val_fraction` of the characters), the tokenizer is fitted to the head only, and both splits are
+encoded with the library's batch encoder. Ids are cached as .npy files keyed by the file's sha256
+and the tokenizer settings, then memory-mapped, so a second run on the same text starts at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import atomic_write, atomic_write_text
+from .config import Config
+from .errors import MinigptError
+from .tokenizer import TextTokenizer, train_tokenizer
+
+CACHE_FORMAT = 1  # bump when the cached files' meaning changes
+
+
+def cache_root() -> Path:
+    """MINIGPT_CACHE, else ~/.cache/minigpt (XDG_CACHE_HOME respected)."""
+    if os.environ.get("MINIGPT_CACHE"):
+        return Path(os.environ["MINIGPT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "minigpt"
+
+
+def read_text(path: str | Path) -> tuple[str, str]:
+    """(text, sha256 of the bytes). Refuses what cannot be a training text, saying why."""
+    path = Path(path)
+    if not path.exists():
+        raise MinigptError(f"training text {path} does not exist; pass an existing UTF-8 file with --data")
+    if path.is_dir():
+        raise MinigptError(f"training text {path} is a directory; pass a UTF-8 text file with --data")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise MinigptError(f"training text {path} cannot be read ({exc.strerror}); check its permissions") from None
+    if not raw:
+        raise MinigptError(f"training text {path} is empty; pass a file with text in it")
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise MinigptError(f"training text {path} looks binary (NUL byte at offset {nul}); pass a UTF-8 text file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MinigptError(f"training text {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
+                           f"{exc.start}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+    return text, hashlib.sha256(raw).hexdigest()
+
+
+@dataclass
+class Corpus:
+    """Both splits as token ids, the tokenizer fitted to the training split, and what bits per
+    byte needs: how many UTF-8 bytes of text each split's tokens stand for."""
+    tokenizer: TextTokenizer
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    train_bytes: int
+    val_bytes: int
+    sha256: str
+    path: Path
+
+    @property
+    def val_tokens_per_byte(self) -> float:
+        return len(self.val_ids) / self.val_bytes
+
+
+def split_text(text: str, val_fraction: float) -> tuple[str, str]:
+    """Training head and validation tail, cut at a character boundary."""
+    cut = len(text) - max(1, math.floor(len(text) * val_fraction))
+    return text[:cut], text[cut:]
+
+
+def _encode(tokenizer: TextTokenizer, text: str) -> np.ndarray:
+    ids = [i for line in tokenizer.encode_lines(text.splitlines(keepends=True)) for i in line]
+    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32
+    return np.asarray(ids, dtype=dtype)
+
+
+def load_corpus(cfg: Config, on_status=lambda message: None) -> Corpus:
+    """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input."""
+    path = Path(cfg.train.data)
+    text, sha = read_text(path)
+    train_text, val_text = split_text(text, cfg.train.val_fraction)
+    if cfg.tokenizer.kind == "char":
+        unseen = sorted(set(val_text) - set(train_text))
+        if unseen:
+            # A char tokenizer fitted to the training head cannot encode these; say so up front.
+            shown = " ".join(repr(c) for c in unseen[:10])
+            raise MinigptError(f"validation tail of {path} has characters the training part never uses "
+                               f"({shown}); use tokenizer.kind = \"bpe\" or \"byte\", or change val_fraction")
+    settings = {"format": CACHE_FORMAT, "sha256": sha, "kind": cfg.tokenizer.kind,
+                "vocab_size": cfg.tokenizer.vocab_size, "val_fraction": cfg.train.val_fraction}
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
+    folder = cache_root() / key
+    files = [folder / name for name in ("tokenizer.json", "train.npy", "val.npy")]
+    if all(f.exists() for f in files):
+        on_status(f"token cache hit: {folder}")
+        tokenizer = TextTokenizer.load(files[0])
+        train_ids, val_ids = (np.load(f, mmap_mode="r") for f in files[1:])
+    else:
+        on_status(f"fitting a {cfg.tokenizer.kind} tokenizer and encoding {len(text):,} characters")
+        tokenizer = TextTokenizer(train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text))
+        train_ids, val_ids = _encode(tokenizer, train_text), _encode(tokenizer, val_text)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(files[1], lambda f: np.save(f, train_ids), binary=True)
+            atomic_write(files[2], lambda f: np.save(f, val_ids), binary=True)
+            atomic_write_text(files[0], tokenizer.to_str())  # last: its presence marks a complete entry
+        except OSError as exc:
+            on_status(f"token cache not written ({exc.strerror}); the next run encodes again")
+    corpus = Corpus(tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")),
+                    len(val_text.encode("utf-8")), sha, path)
+    _check_long_enough(corpus, cfg.model.context)
+    return corpus
+
+
+def _check_long_enough(corpus: Corpus, context: int) -> None:
+    need = context + 1
+    for name, ids in (("training", corpus.train_ids), ("validation", corpus.val_ids)):
+        if len(ids) < need:
+            raise MinigptError(f"training text {corpus.path} is too short: its {name} split has {len(ids)} tokens, "
+                               f"but one window needs context + 1 = {need}; use a longer text, a smaller "
+                               f"[model] context, or another [train] val_fraction")
+
+
+class Batches:
+    """Random windows of context + 1 tokens (inputs and next-token targets) from one split."""
+
+    def __init__(self, ids: np.ndarray, context: int, batch_size: int, device: str = "cpu"):
+        self.ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        self.offsets = torch.arange(context + 1)
+        self.context, self.batch_size, self.device = context, batch_size, device
+
+    def windows(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.ids[starts.unsqueeze(1) + self.offsets]
+        x, y = w[:, :-1], w[:, 1:]
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def sample(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(len(self.ids) - self.context, (self.batch_size,), generator=generator)
+        return self.windows(starts)
+
+    def fixed(self, n_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Evenly spaced windows across the split: the same ones at every evaluation, no RNG used."""
+        count = n_batches * self.batch_size
+        starts = torch.linspace(0, len(self.ids) - self.context - 1, count).long()
+        return [self.windows(chunk) for chunk in starts.split(self.batch_size)]
