@@ -125,7 +125,7 @@ class Config:
 
     def to_toml(self) -> str:
         """The resolved config, written so that `load_config` reads back exactly these values."""
-        lines = [f"# resolved minigpt config (from {self.source})"]
+        lines = [f"# resolved minigpt config (from {json.dumps(self.source, ensure_ascii=False)})"]
         for section in SECTIONS:
             lines.append(f"\n[{section}]")
             for key, value in asdict(getattr(self, section)).items():
@@ -138,7 +138,8 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(value, ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
+    # JSON string escapes are valid TOML basic strings; TOML also forbids a raw DEL character.
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _type_name(kind: type) -> str:
@@ -219,6 +220,11 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return section, key.strip(), value
 
 
+def _is_text_key(section: str, key: str) -> bool:
+    cls = SECTIONS.get(section)
+    return cls is not None and any(f.name == key and f.type == "str" for f in fields(cls))
+
+
 def _cross_checks(cfg: Config) -> None:
     where = cfg.source
     m, t, tr = cfg.model, cfg.tokenizer, cfg.train
@@ -262,6 +268,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             _apply(values, section, key, value, where, base)
     for text in overrides:
         section, key, value = parse_override(text)
+        if _is_text_key(section, key) and not isinstance(value, str):
+            value = text.partition("=")[2].strip()  # --set sample.prompt=1 means the text "1"
         _apply(values, section, key, value, f"--set {text}", Path.cwd())
     for name, (flag, value) in (flags or {}).items():
         section, _, key = name.partition(".")
