@@ -26,6 +26,7 @@ import torch
 from . import checkpoint as ckpt
 from .config import Config, model_section_differences
 from .data import Batches, Corpus, load_corpus
+from .device import pick_device, use_threads
 from .errors import MinigptError
 from .model import MiniGPT
 
@@ -48,18 +49,6 @@ def make_optimizer(model: MiniGPT, cfg) -> torch.optim.AdamW:
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
-
-
-def pick_device(name: str) -> str:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        return "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise MinigptError("[train] device = \"cuda\" but torch sees no CUDA device; use device = \"cpu\" or \"auto\"")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise MinigptError("[train] device = \"mps\" but torch sees no MPS device; use device = \"cpu\" or \"auto\"")
-    return name
 
 
 def rng_states(generator: torch.Generator) -> dict[str, Any]:
@@ -197,8 +186,7 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
         _check_resume(payload, cfg, corpus)
 
     device = pick_device(tc.device)
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
+    use_threads(tc.threads)
     torch.manual_seed(tc.seed)
     model = MiniGPT(cfg.model, corpus.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model, tc)
