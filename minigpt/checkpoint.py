@@ -82,7 +82,8 @@ def sha256_file(path: Path) -> str:
 
 
 # Keys that do not change what a run computes; a resume may differ in them.
-_NOT_IDENTITY = {("train", "out"), ("train", "device"), ("train", "threads"), ("train", "log_interval")}
+_NOT_IDENTITY = {("train", k) for k in ("out", "device", "threads", "log_interval", "eval_interval",
+                                         "checkpoint_interval")}
 
 
 def training_identity(cfg: Config) -> dict[str, dict[str, Any]]:

@@ -32,10 +32,11 @@ from .model import MiniGPT
 
 
 def learning_rate(step: int, cfg) -> float:
-    """Linear warmup to `learning_rate` over `warmup_steps`, then cosine decay to `min_lr` at `steps`."""
+    """Linear warmup to `learning_rate` over `warmup_steps`, then cosine decay to `min_lr`, which the
+    last step (steps - 1) uses."""
     if step < cfg.warmup_steps:
         return cfg.learning_rate * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.steps - cfg.warmup_steps)
+    span = max(1, cfg.steps - 1 - cfg.warmup_steps)  # the last step the loop runs is steps - 1
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
@@ -181,7 +182,8 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
     if payload is not None:
         ckpt.check_model_matches(cfg, payload, run_dir)
 
-    corpus = load_corpus(cfg, on_status=lambda m: _say(quiet, m))
+    notes: list[str] = []  # shown once every check has passed, so a refusal stays one line
+    corpus = load_corpus(cfg, on_status=notes.append)
     if payload is not None:
         _check_resume(payload, cfg, corpus)
 
@@ -224,6 +226,8 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
         _say(quiet, f"run in {run_dir} already finished {step} steps; nothing to do")
         return {"step": step}
 
+    for note in notes:
+        _say(quiet, note)
     _say(quiet, f"minigpt train: {model.num_parameters():,} parameters, {len(corpus.train_ids):,} train / "
                 f"{len(corpus.val_ids):,} val tokens ({corpus.tokenizer.vocab_size} ids), {tokens_per_step:,} "
                 f"tokens/step, steps {step}->{tc.steps} on {device}, run folder {run_dir}")

@@ -1,0 +1,126 @@
+"""minigpt benchmark: training tokens/s and sampling tokens/s, measured in one run on this machine.
+
+    python scripts/bench.py                  # default config, shipped corpus
+    python scripts/bench.py --run runs/default --json
+
+Speeds are reported together with the machine (CPU, cores, torch, threads) and as ratios between
+variants measured in the same process (1 vs all threads; KV cache vs full recompute), because
+absolute numbers from different machines or different moments are not comparable.
+Nothing here belongs in the test suite: it runs for about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from minigpt.checkpoint import load_model  # noqa: E402
+from minigpt.config import load_config  # noqa: E402
+from minigpt.data import Batches, load_corpus  # noqa: E402
+from minigpt.generate import bench_sampling  # noqa: E402
+from minigpt.model import MiniGPT  # noqa: E402
+from minigpt.train import make_optimizer  # noqa: E402
+
+
+def machine() -> dict:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def train_tokens_per_s(cfg, corpus, threads: int, steps: int, warmup: int = 3) -> float:
+    """Optimizer steps of the real training computation (forward, backward, clip, AdamW) on real
+    batches; tokens per second over `steps` after `warmup` untimed steps."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(cfg.train.seed)
+    model = MiniGPT(cfg.model, corpus.tokenizer.vocab_size)
+    optimizer = make_optimizer(model, cfg.train)
+    batches = Batches(corpus.train_ids, cfg.model.context, cfg.train.batch_size)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+
+    def step():
+        x, y = batches.sample(generator)
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    elapsed = time.perf_counter() - start
+    return steps * cfg.train.batch_size * cfg.model.context / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-c", "--config", default=None, help="config file (default: configs/default.toml)")
+    parser.add_argument("--run", default=None, help="trained run folder for the sampling figures "
+                                                   "(default: a freshly initialised model; speed does not depend on the weights)")
+    parser.add_argument("--train-steps", type=int, default=30, help="timed training steps per variant")
+    parser.add_argument("--new-tokens", type=int, default=1000, help="tokens generated per sampling variant")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    cfg = load_config(args.config)
+    corpus = load_corpus(cfg)
+    all_threads = torch.get_num_threads()
+    report = {"machine": machine(), "config": cfg.source,
+              "model": {"parameters": None, "vocab_size": corpus.tokenizer.vocab_size,
+                        "tokens_per_step": cfg.train.batch_size * cfg.model.context}}
+
+    train = {}
+    for threads in sorted({1, all_threads}):
+        train[f"threads_{threads}"] = round(train_tokens_per_s(cfg, corpus, threads, args.train_steps), 1)
+    torch.set_num_threads(all_threads)
+    train["thread_speedup"] = round(train[f"threads_{all_threads}"] / train["threads_1"], 3)
+    report["train_tokens_per_s"] = train
+
+    if args.run:
+        model, tokenizer = load_model(cfg, Path(args.run))
+    else:
+        torch.manual_seed(0)
+        model, tokenizer = MiniGPT(cfg.model, corpus.tokenizer.vocab_size).eval(), corpus.tokenizer
+    report["model"]["parameters"] = model.num_parameters()
+    with torch.inference_mode():
+        report["sample_batch1"] = bench_sampling(model, tokenizer, new_tokens=args.new_tokens)
+
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    m = report["machine"]
+    s = report["sample_batch1"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {all_threads} threads, python {m['python']}")
+    print(f"model: {report['model']['parameters']:,} parameters, vocab {report['model']['vocab_size']}, "
+          f"{report['model']['tokens_per_step']} tokens/step ({cfg.source})")
+    print(f"train: {train['threads_1']:,.0f} tokens/s on 1 thread, {train[f'threads_{all_threads}']:,.0f} on "
+          f"{all_threads} (x{train['thread_speedup']})")
+    print(f"sample (batch 1, {s['new_tokens']} new tokens, context {s['context']}): "
+          f"{s['with_kv_cache_tokens_per_s']:,.0f} tokens/s with KV cache, "
+          f"{s['without_kv_cache_tokens_per_s']:,.0f} without (x{s['speedup']}); same tokens: {s['same_tokens']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Shared fixtures: an isolated token cache for every test, a tiny config with a small text, and
+helpers to run the CLI in-process (CliRunner) or as a real process (subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"
+
+# Small enough that 20 steps take well under a second on one thread.
+TINY_CONFIG = """\
+[model]
+context = 8
+n_layer = 1
+n_head = 2
+n_embd = 16
+ffn_hidden = 32
+
+[tokenizer]
+kind = "char"
+
+[train]
+data = "tiny.txt"
+batch_size = 4
+steps = 20
+learning_rate = 3e-3
+min_lr = 1e-4
+warmup_steps = 2
+eval_interval = 10
+eval_batches = 2
+checkpoint_interval = 10
+log_interval = 5
+threads = 1
+device = "cpu"
+"""
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Every test gets its own token cache, so no test reads or writes ~/.cache/minigpt."""
+    cache = tmp_path_factory.mktemp("minigpt-cache")
+    monkeypatch.setenv("MINIGPT_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def tiny_text(tmp_path) -> Path:
+    """The first 20,000 characters of the shipped Tiny Shakespeare (plain ASCII), as tiny.txt."""
+    path = tmp_path / "tiny.txt"
+    path.write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_config(tmp_path, tiny_text) -> Path:
+    """tiny.toml next to tiny.txt (its data path is relative to the config's folder)."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_CONFIG, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def cli():
+    """Run `minigpt ARGS` in-process; the result has .exit_code, .stdout, .stderr, .exception."""
+    runner = CliRunner()
+
+    def invoke(*args):
+        from minigpt.cli import app
+
+        return runner.invoke(app, [str(a) for a in args])
+
+    return invoke
+
+
+def run_minigpt(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m minigpt ARGS` as a real process (inherits MINIGPT_CACHE from the fixture)."""
+    return subprocess.run([sys.executable, "-m", "minigpt", *[str(a) for a in args]], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ), **kwargs)
+
+
+@pytest.fixture
+def minigpt_process():
+    return run_minigpt

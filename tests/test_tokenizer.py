@@ -1,0 +1,137 @@
+"""minigpt.tokenizer: bpe, char and byte round trips (non-ASCII included), tokenizer.json as a real
+`tokenizers` file, byte ids as byte values, streaming decode of split characters, refusals."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer
+
+from minigpt.errors import MinigptError
+from minigpt.tokenizer import TextTokenizer, train_tokenizer
+
+NON_ASCII = "Café naïve résumé. 日本語のテキスト。 Emoji: 🙂👍🏽 and ✓.\n"
+TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+        "  indented line with  two spaces\r\nWindows line end above.\n" + NON_ASCII) * 4
+
+
+def fitted(kind: str, text: str = TEXT, vocab_size: int = 300) -> TextTokenizer:
+    return TextTokenizer(train_tokenizer(kind, vocab_size, text))
+
+
+@pytest.mark.parametrize("kind", ["bpe", "char", "byte"])
+def test_round_trip_keeps_every_character(kind):
+    tok = fitted(kind)
+    ids = tok.encode(TEXT)
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == TEXT
+    assert tok.decode(tok.encode(NON_ASCII)) == NON_ASCII
+
+
+@pytest.mark.parametrize("kind", ["bpe", "byte"])
+def test_byte_level_kinds_round_trip_text_never_seen_in_training(kind):
+    tok = fitted(kind, text="only plain ascii words here\n" * 20)
+    unseen = "Ωmega ∑ 𝔘nicode 日本 🦙\n"
+    assert tok.decode(tok.encode(unseen)) == unseen
+
+
+def test_char_tokenizer_has_one_id_per_distinct_character():
+    tok = fitted("char")
+    assert tok.vocab_size == len(set(TEXT))
+    assert len(tok.encode(NON_ASCII)) == len(NON_ASCII)
+
+
+def test_bpe_learns_merges_up_to_its_vocab_size():
+    tok = fitted("bpe", vocab_size=300)
+    assert tok.vocab_size == 300
+    # 44 merges on this repetitive text make it clearly shorter than its bytes.
+    assert len(tok.encode(TEXT)) < 0.8 * len(TEXT.encode("utf-8"))
+    assert any(len(piece) > 1 for piece in tok.pieces)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "char", "byte"])
+def test_tokenizer_json_reloads_with_the_library_and_gives_the_same_ids(kind, tmp_path):
+    tok = fitted(kind)
+    path = tmp_path / "tokenizer.json"
+    path.write_text(tok.to_str(), encoding="utf-8")
+
+    library = Tokenizer.from_file(str(path))
+    lines = TEXT.splitlines(keepends=True)
+    assert [e.ids for e in library.encode_batch(lines, add_special_tokens=False)] == tok.encode_lines(lines)
+    assert library.decode(tok.encode(TEXT)) == TEXT
+    assert library.get_vocab_size() == tok.vocab_size
+
+    reloaded = TextTokenizer.load(path)
+    assert reloaded.encode(TEXT) == tok.encode(TEXT)
+    assert reloaded.pieces == tok.pieces
+    assert reloaded.fingerprint() == tok.fingerprint()
+
+
+def test_byte_ids_are_the_utf8_byte_values():
+    tok = fitted("byte")
+    assert tok.vocab_size == 256
+    for text in ["A", "é", "日本語", "🙂👍🏽", NON_ASCII]:
+        assert tok.encode(text) == list(text.encode("utf-8")), text
+    assert tok.pieces == [bytes([b]) for b in range(256)]
+
+
+@pytest.mark.parametrize("kind", ["byte", "bpe"])
+def test_stream_decoder_holds_back_split_characters_and_ends_equal_to_decode(kind):
+    # BPE fitted to ASCII only: every non-ASCII character is split across byte tokens.
+    tok = fitted(kind, text="plain ascii training text, nothing else\n" * 20)
+    text = "é日本語🙂👍🏽 ok"
+    ids = tok.encode(text)
+    split = [i for i in ids if not _valid_utf8(tok.pieces[i])]
+    assert split, "the test needs tokens that hold part of a character"
+
+    stream = tok.stream()
+    emitted = [stream.push(i) for i in ids]
+    tail = stream.flush()
+    assert not any("\ufffd" in piece for piece in emitted), emitted
+    assert "".join(emitted) + tail == tok.decode(ids) == text
+    assert tail == ""
+    # Nothing is emitted for the first byte of "é"; the whole character comes with its last byte.
+    assert emitted[0] == "" and emitted[1] == "é"
+
+
+def test_decode_of_a_partial_utf8_sequence_does_not_crash():
+    tok = fitted("byte")
+    ids = tok.encode("a🙂")            # a, then 4 bytes
+    assert tok.decode(ids[:3]) == "a\ufffd"
+    assert tok.decode(ids[2:]).endswith("\ufffd")  # starts mid-character
+    assert tok.token_text(ids[1]) == "\ufffd"
+    stream = tok.stream()
+    assert "".join(stream.push(i) for i in ids[:3]) == "a"
+    assert stream.flush() == "\ufffd"  # an unfinished character at the end shows as one mark
+
+
+def test_char_tokenizer_refuses_unseen_characters_naming_them():
+    tok = fitted("char", text="abc abc\n")
+    with pytest.raises(MinigptError) as excinfo:
+        tok.encode("abz€ cab")
+    message = str(excinfo.value)
+    assert "'z'" in message and "'€'" in message
+    assert "2 character(s)" in message
+    assert "'a'" not in message
+    assert 'kind = "bpe"' in message
+
+
+def test_unknown_tokenizer_kind_is_refused():
+    with pytest.raises(MinigptError, match="unknown; choose one of: bpe, char, byte"):
+        train_tokenizer("words", 300, "text")
+
+
+def test_loading_a_missing_or_broken_tokenizer_file_is_refused(tmp_path):
+    with pytest.raises(MinigptError, match="does not exist"):
+        TextTokenizer.load(tmp_path / "missing.json")
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text("{not json", encoding="utf-8")
+    with pytest.raises(MinigptError, match="could not be read"):
+        TextTokenizer.load(broken)
+
+
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

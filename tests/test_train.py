@@ -1,0 +1,456 @@
+"""`minigpt train`: the learning-rate schedule, weight-decay groups, the run folder it writes, exact
+resume after Ctrl-C, refused resumes, and every bad input ending in one error line with no run
+folder left behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt import checkpoint as ckpt
+from minigpt.config import TrainConfig, load_config
+from minigpt.model import MiniGPT
+from minigpt.train import learning_rate, make_optimizer
+
+RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl"}
+
+
+def error_line(result) -> str:
+    """A refusal: exit 2, no traceback, nothing on stdout, and stderr ending in exactly one
+    `minigpt: error:` line (progress lines may come before it). Returns that line."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)  # not an unhandled error
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    errors = [line for line in lines if "error" in line.lower()]
+    assert len(errors) == 1 and lines[-1] == errors[0], lines
+    assert errors[0].startswith("minigpt: error: ")
+    return errors[0]
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def train_tiny(cli, config, out, *args):
+    result = cli("train", "-c", config, "--out", out, *args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+# ----------------------------------------------------------------------------------------------
+# learning-rate schedule
+
+SCHEDULE = TrainConfig(steps=100, warmup_steps=10, learning_rate=1e-3, min_lr=1e-4)
+
+
+def test_warmup_is_linear_from_lr_over_warmup_to_lr():
+    rates = [learning_rate(s, SCHEDULE) for s in range(SCHEDULE.warmup_steps)]
+    assert rates[0] == pytest.approx(1e-3 / 10)
+    assert rates == pytest.approx([1e-3 * (s + 1) / 10 for s in range(10)])
+    steps = [b - a for a, b in zip(rates, rates[1:])]
+    assert steps == pytest.approx([1e-4] * 9)
+
+
+def test_peak_is_the_learning_rate_at_the_end_of_warmup():
+    rates = [learning_rate(s, SCHEDULE) for s in range(SCHEDULE.steps)]
+    assert max(rates) == pytest.approx(1e-3)
+    assert rates[SCHEDULE.warmup_steps - 1] == pytest.approx(1e-3)
+    assert rates[SCHEDULE.warmup_steps] == pytest.approx(1e-3)
+    assert all(r < 1e-3 for r in rates[:SCHEDULE.warmup_steps - 1])
+
+
+def test_rate_decreases_monotonically_after_warmup():
+    rates = [learning_rate(s, SCHEDULE) for s in range(SCHEDULE.warmup_steps, SCHEDULE.steps)]
+    assert all(b < a for a, b in zip(rates, rates[1:]))
+    assert all(r >= SCHEDULE.min_lr for r in rates)
+    # Cosine, not linear: flat near the peak and the floor, steepest in the middle.
+    drops = [a - b for a, b in zip(rates, rates[1:])]
+    middle = len(drops) // 2
+    assert drops[0] < drops[middle] / 10 and drops[-1] < drops[middle] / 10
+    assert max(drops) == pytest.approx(drops[middle], rel=0.01)
+    halfway = rates[len(rates) // 2]
+    assert halfway == pytest.approx((1e-3 + 1e-4) / 2, rel=0.05)
+
+
+def test_cosine_reaches_min_lr_at_steps_and_stays_there():
+    assert learning_rate(SCHEDULE.steps, SCHEDULE) == pytest.approx(SCHEDULE.min_lr)
+    assert learning_rate(SCHEDULE.steps + 50, SCHEDULE) == pytest.approx(SCHEDULE.min_lr)
+
+
+def test_cosine_reaches_min_lr_at_the_last_step():
+    # The training loop runs step = 0 .. steps-1 with learning_rate(step): the last update is steps-1.
+    assert learning_rate(SCHEDULE.steps - 1, SCHEDULE) == pytest.approx(SCHEDULE.min_lr, rel=1e-9)
+
+
+def test_no_warmup_starts_at_the_peak():
+    cfg = dataclasses.replace(SCHEDULE, warmup_steps=0)
+    assert learning_rate(0, cfg) == pytest.approx(1e-3)
+
+
+# ----------------------------------------------------------------------------------------------
+# weight decay on matrices only
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_weight_decay_applies_to_matrices_only(tiny_config, tie):
+    cfg = load_config(tiny_config, [f"model.tie_embeddings={'true' if tie else 'false'}"])
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, 20)
+    optimizer = make_optimizer(model, cfg.train)
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == cfg.train.weight_decay == 0.1
+    assert no_decay["weight_decay"] == 0.0
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    kept = {names[id(p)] for p in no_decay["params"]}
+    assert decayed.isdisjoint(kept)
+    assert decayed | kept == set(names.values())  # every parameter exactly once
+    assert {"token_table.weight", "position_table.weight"} <= decayed
+    assert ("head.weight" in decayed) != tie  # a tied head is the token table, listed once
+    assert all(model.get_parameter(n).dim() >= 2 for n in decayed)
+    assert all(model.get_parameter(n).dim() == 1 for n in kept)
+    assert any(n.endswith("bias") for n in kept) and any("norm" in n for n in kept)
+
+    # With zero gradients AdamW's only move is the decay: matrices shrink, vectors stay put.
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    shrink = 1 - cfg.train.learning_rate * cfg.train.weight_decay
+    for n, p in model.named_parameters():
+        expected = before[n] * shrink if n in decayed else before[n]
+        assert torch.allclose(p, expected, rtol=0, atol=1e-9), n
+        if n in kept:
+            assert torch.equal(p, before[n]), n
+
+
+# ----------------------------------------------------------------------------------------------
+# the run folder
+
+def test_run_folder_holds_config_tokenizer_checkpoint_and_metrics(cli, tiny_config, tiny_text, tmp_path):
+    run = tmp_path / "run"
+    result = train_tiny(cli, tiny_config, run)
+    assert set(os.listdir(run)) == RUN_FILES  # no temporary files left over
+    assert "done: 20 steps" in result.stderr and "bits/byte" in result.stderr
+    assert f"sample with: minigpt sample -c {tiny_config} --run {run}" in result.stderr
+
+    used = load_config(tiny_config, [], {"train.out": ("--out", str(run))})
+    written = load_config(run / "config.toml")
+    for section in ("model", "tokenizer", "train", "sample"):
+        assert getattr(written, section) == getattr(used, section), section
+    assert written.train.data == str(tiny_text)
+
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(run / "tokenizer.json"))
+    text = tiny_text.read_text(encoding="utf-8")
+    assert tokenizer.get_vocab_size() == len(set(text[:18_000]))
+
+    payload = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert payload["step"] == 20
+    assert payload["vocab_size"] == tokenizer.get_vocab_size()
+    assert payload["model_config"] == dataclasses.asdict(used.model)
+    assert set(payload["model"]) == set(MiniGPT(used.model, payload["vocab_size"]).state_dict())
+    assert payload["optimizer"]["state"] and len(payload["optimizer"]["param_groups"]) == 2
+    assert {"torch", "batches", "python", "numpy"} <= set(payload["rng"])
+    assert payload["hashes"] == {
+        "config": ckpt.config_hash(ckpt.training_identity(used)),
+        "tokenizer": hashlib.sha256((run / "tokenizer.json").read_bytes()).hexdigest(),
+        "corpus": hashlib.sha256(tiny_text.read_bytes()).hexdigest(),
+    }
+
+    records = metrics(run)
+    train_records = [r for r in records if not r.get("eval")]
+    evals = [r for r in records if r.get("eval")]
+    assert [r["step"] for r in train_records] == [5, 10, 15, 20]
+    assert [r["step"] for r in evals] == [10, 20]
+    for r in train_records:
+        assert math.isfinite(r["loss"]) and r["lr"] == pytest.approx(learning_rate(r["step"] - 1, used.train))
+    for r in evals:
+        assert 0 < r["val_loss"] < math.log(payload["vocab_size"]) + 1
+        # ASCII text, char tokens: one token per byte, so bits/byte = nats/token / ln 2.
+        assert r["val_bpb"] == pytest.approx(r["val_loss"] / math.log(2))
+
+
+def test_force_replaces_an_existing_run(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet")
+    first = torch.load(run / "checkpoint.pt", weights_only=True)
+    (run / "stray.txt").write_text("old", encoding="utf-8")
+    train_tiny(cli, tiny_config, run, "--quiet", "--force", "--set", "train.seed=7")
+    assert set(os.listdir(run)) == RUN_FILES
+    second = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert not torch.equal(first["model"]["token_table.weight"], second["model"]["token_table.weight"])
+
+
+def test_resuming_a_finished_run_does_nothing(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet")
+    before = snapshot(run)
+    result = train_tiny(cli, tiny_config, run, "--resume")
+    assert "already finished 20 steps; nothing to do" in result.stderr
+    assert snapshot(run) == before
+
+
+# ----------------------------------------------------------------------------------------------
+# exact resume after Ctrl-C
+
+# The real CLI in a real process, paced by a short sleep per batch so the test can send SIGINT
+# mid-run on a fast machine. The sleep changes no number the run computes.
+PACED_CLI = ("import sys, time\n"
+             "import minigpt.data as data\n"
+             "sample = data.Batches.sample\n"
+             "data.Batches.sample = lambda self, generator: (time.sleep(0.004), sample(self, generator))[1]\n"
+             "from minigpt.cli import main\n"
+             "sys.argv[0] = 'minigpt'\n"
+             "main()\n")
+
+
+def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, tmp_path):
+    steps = 120
+    settings = ["--set", f"train.steps={steps}", "--set", "train.checkpoint_interval=40",
+                "--set", "train.eval_interval=20"]
+    straight = tmp_path / "straight"
+    train_tiny(cli, tiny_config, straight, "--quiet", *settings)
+
+    run = tmp_path / "interrupted"
+    process = subprocess.Popen([sys.executable, "-c", PACED_CLI, "train", "-c", str(tiny_config),
+                                "--out", str(run), *settings],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 90
+        log = run / "metrics.jsonl"
+        while not (log.exists() and log.read_text(encoding="utf-8").strip()):  # training has started
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.005)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    found = re.search(rf"interrupted at step (\d+)/{steps}; checkpoint saved in (.+?)\. Resume with: (.+)$",
+                      stderr, re.M)
+    assert found, stderr
+    stopped = int(found[1])
+    assert 5 <= stopped < steps
+    assert found[2] == str(run)
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == stopped
+    assert max(r["step"] for r in metrics(run)) <= stopped
+
+    resume = shlex.split(found[3])
+    assert resume[:2] == ["minigpt", "train"] and resume[-1] == "--resume"
+    assert "-c" in resume and "--out" in resume
+    result = cli(*resume[1:], "--quiet")  # exactly the command the user is told to run
+    assert result.exit_code == 0, result.output
+
+    a = torch.load(straight / "checkpoint.pt", weights_only=True)
+    b = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert a["step"] == b["step"] == steps
+    assert a["model"].keys() == b["model"].keys()
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    for i, state in a["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, b["optimizer"]["state"][i][key]), (i, key)
+    assert torch.equal(a["rng"]["batches"], b["rng"]["batches"])
+    assert a["hashes"] == b["hashes"]
+
+    # metrics.jsonl: one record per logged step and per evaluation, no repeats, same numbers.
+    def numbers(run_dir):
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed_s")} for r in metrics(run_dir)]
+
+    resumed = numbers(run)
+    keys = [(r["step"], bool(r.get("eval"))) for r in resumed]
+    assert len(keys) == len(set(keys))
+    assert keys == sorted(keys)
+    assert resumed == numbers(straight)
+
+
+def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(cli, tiny_config, tmp_path,
+                                                                                 monkeypatch):
+    straight = tmp_path / "straight"
+    train_tiny(cli, tiny_config, straight, "--quiet")
+
+    run = tmp_path / "crashed"
+    real_save = ckpt.save_checkpoint
+
+    def crash_at_the_end(path, payload):
+        if payload["step"] == 20:
+            raise RuntimeError("simulated power cut")
+        real_save(path, payload)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", crash_at_the_end)
+    crashed = cli("train", "-c", tiny_config, "--out", run, "--quiet")
+    assert isinstance(crashed.exception, RuntimeError)
+    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10
+    assert max(r["step"] for r in metrics(run)) == 20  # steps 11..20 were logged, then lost
+
+    train_tiny(cli, tiny_config, run, "--quiet", "--resume")
+    keys = [(r["step"], bool(r.get("eval"))) for r in metrics(run)]
+    assert keys == [(5, False), (10, False), (10, True), (15, False), (20, False), (20, True)]
+    a = torch.load(straight / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(run / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+# ----------------------------------------------------------------------------------------------
+# refused resumes
+
+@pytest.mark.parametrize("override, expected", [
+    ("train.learning_rate=0.002", ["config differs", "[train] learning_rate: 0.002 != 0.003"]),
+    ("train.seed=1", ["config differs", "[train] seed: 1 != 1337"]),
+    ("tokenizer.kind=byte", ["config differs", "[tokenizer] kind: 'byte' != 'char'"]),
+    ("model.n_embd=32", ["[model] section", "n_embd: 32 != 16"]),
+])
+def test_resume_with_another_config_is_refused_naming_the_difference(cli, tiny_config, tmp_path,
+                                                                     override, expected):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
+    before = snapshot(run)
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume",
+                          "--set", override))
+    for text in expected:
+        assert text in line
+    assert snapshot(run) == before
+
+
+def test_resume_on_an_edited_corpus_is_refused(cli, tiny_config, tiny_text, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
+    before = snapshot(run)
+    old = hashlib.sha256(tiny_text.read_bytes()).hexdigest()
+    # Same characters (the char tokenizer does not change), different text.
+    tiny_text.write_text(tiny_text.read_text(encoding="utf-8").replace("Citizen", "Citizem", 1),
+                         encoding="utf-8")
+    new = hashlib.sha256(tiny_text.read_bytes()).hexdigest()
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume"))
+    assert f"the corpus {tiny_text} differs" in line
+    assert f"sha256 {new[:12]}... != {old[:12]}..." in line
+    assert snapshot(run) == before
+
+
+def test_resume_with_a_changed_tokenizer_is_refused(cli, tiny_config, tiny_text, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
+    before = snapshot(run)
+    tiny_text.write_text("é" + tiny_text.read_text(encoding="utf-8"), encoding="utf-8")  # one more char
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume"))
+    assert "tokenizer differs" in line
+    assert snapshot(run) == before
+
+
+def test_resume_without_a_checkpoint_is_refused(cli, tiny_config, tmp_path):
+    run = tmp_path / "never-trained"
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--resume"))
+    assert f"--resume: no checkpoint in {run}" in line
+    assert not run.exists()
+
+
+def test_resume_and_force_together_are_refused(cli, tiny_config, tmp_path):
+    line = error_line(cli("train", "-c", tiny_config, "--out", tmp_path / "run", "--resume", "--force"))
+    assert "contradict" in line
+    assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# bad inputs: one error line, no traceback, no run folder
+
+def _write(path: Path, content: bytes | None) -> Path:
+    if content is not None:
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "does not exist"),
+    (b"", "is empty"),
+    ("dir", "is a directory"),
+    (b"abc\x00def" * 10, "looks binary (NUL byte at offset 3)"),
+    (b"hello \xff world" * 10, "is not UTF-8: invalid byte 0xff at offset 6"),
+])
+def test_unusable_training_text_is_refused_in_one_line(cli, tiny_config, tmp_path, content, expected):
+    data = tmp_path / "input"
+    if content == "dir":
+        data.mkdir()
+    else:
+        _write(data, content)
+    run = tmp_path / "run"
+    result = cli("train", "-c", tiny_config, "--data", data, "--out", run)
+    line = error_line(result)
+    assert result.stderr == line + "\n"  # exactly one line
+    assert f"training text {data} " in line and expected in line
+    assert not run.exists()
+
+
+def test_text_too_short_for_a_window_and_a_validation_split_is_refused(cli, tiny_config, tmp_path):
+    data = _write(tmp_path / "short.txt", b"ab" * 10)
+    run = tmp_path / "run"
+    line = error_line(cli("train", "-c", tiny_config, "--data", data, "--out", run))
+    assert "is too short: its validation split has 2 tokens" in line
+    assert "context + 1 = 9" in line
+    assert not run.exists()
+
+
+def test_existing_run_is_not_overwritten_without_resume_or_force(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet")
+    before = snapshot(run)
+    line = error_line(cli("train", "-c", tiny_config, "--out", run))
+    assert f"run folder {run} already holds a run" in line
+    assert "--resume" in line and "--force" in line
+    assert snapshot(run) == before
+
+
+def test_output_under_a_read_only_folder_is_refused(cli, tiny_config, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        probe = locked / "probe"
+        try:
+            probe.write_text("x")
+        except PermissionError:
+            pass
+        else:
+            probe.unlink()
+            pytest.skip("this user (root?) can write into a 0o500 folder, so chmod cannot make one unwritable")
+        run = locked / "sub" / "run"
+        line = error_line(cli("train", "-c", tiny_config, "--out", run))
+        assert f"run folder {run} cannot be written ({locked} is not writable)" in line
+        assert not (locked / "sub").exists()
+    finally:
+        locked.chmod(0o700)
+
+
+def test_output_under_a_file_is_refused(cli, tiny_config, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep me", encoding="utf-8")
+    line = error_line(cli("train", "-c", tiny_config, "--out", blocker / "run"))
+    assert f"run folder {blocker / 'run'} cannot be written ({blocker} is not writable)" in line
+    line = error_line(cli("train", "-c", tiny_config, "--out", blocker))
+    assert f"run folder {blocker} is a file" in line
+    assert blocker.read_text(encoding="utf-8") == "keep me"
