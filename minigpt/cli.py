@@ -62,7 +62,7 @@ def train(
     config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
     data: Optional[Path] = typer.Option(None, "--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder to write (default: runs/<config name>)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps (overrides [train] steps)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps (overrides train.steps)."),
     overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in the run folder from its checkpoint."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),

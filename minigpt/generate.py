@@ -127,10 +127,10 @@ class Generation:
             with torch.inference_mode():
                 if cache is not None and length <= context:
                     # The window is still filling: feed only what the cache has not seen.
-                    logits = model(text[:, cache.length:length], cache=cache)[0][:, -1]
+                    logits = model(text[:, cache.length:length], cache=cache, last_only=True)[0][:, -1]
                 else:
                     cache = None  # past the table every position moves: recompute the last `context`
-                    logits = model(text[:, max(0, length - context):length])[0][:, -1]
+                    logits = model(text[:, max(0, length - context):length], last_only=True)[0][:, -1]
                 probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
                 tokens = choose(logits, probs, self.greedy, self.generator)
                 chosen = probs.gather(1, tokens.unsqueeze(1)).squeeze(1)

@@ -293,8 +293,12 @@ class MiniGPT(nn.Module):
                                        f"use ids the tokenizer produced")
 
     def forward(self, ids: Tensor, targets: Tensor | None = None, recorder: Recorder | None = None,
-                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
-        """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given."""
+                cache: KVCache | None = None, last_only: bool = False) -> tuple[Tensor, Tensor | None]:
+        """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given.
+        `last_only` computes the final norm and the head for the last position alone ([B, 1, V]):
+        all that sampling reads, and the head is the widest matrix in a small model."""
+        if last_only and targets is not None:
+            raise ValueError("last_only computes one position's logits; the loss needs all of them")
         start = cache.length if cache is not None else 0
         self.check_ids(ids, start)
         T = ids.shape[1]
@@ -306,7 +310,7 @@ class MiniGPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, recorder.scoped(f"blocks.{i}") if recorder is not None else None,
                       cache.layers[i] if cache is not None else None)
-        final = self.final_norm(x)
+        final = self.final_norm(x[:, -1:] if last_only else x)
         logits = self.head(final)
         if recorder is not None:
             recorder.record("final_norm", final)

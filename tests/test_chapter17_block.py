@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.config import ModelConfig
+from minigpt.chapter17 import TABLE_TO_RECORDER, build_model, chapter_model_config
 from minigpt.model import MiniGPT, Recorder
 
 try:  # tests/ on sys.path (pytest's default rootdir-less import) or tests as a package
@@ -28,19 +28,6 @@ CANDIDATES = (
     HERE.parents[2] / "shared" / "reference" / "chapter17-block.json",
     HERE.parents[1] / "data" / "chapter17-block.json",
 )
-
-# Table 17.1's rows, in order, and the recorder names the model gives the same stages.
-TABLE_TO_RECORDER = {
-    "X (token plus position)": "input",
-    "norm1": "blocks.0.norm1",
-    "attention": "blocks.0.attention",
-    "residual1": "blocks.0.residual1",
-    "norm2": "blocks.0.norm2",
-    "hidden (FFN after ReLU)": "blocks.0.hidden",
-    "ffn (FFN output)": "blocks.0.ffn",
-    "output (block output Y)": "blocks.0.output",
-}
-
 
 @pytest.fixture(scope="module")
 def chapter() -> dict:
@@ -57,27 +44,9 @@ def _t(rows) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def teaching_model(chapter) -> MiniGPT:
-    cfg = ModelConfig(context=3, n_layer=1, n_head=2, n_embd=2, ffn_hidden=3, dtype="float64",
-                      norm_eps=chapter["eps"])
-    model = MiniGPT(cfg, vocab_size=3).eval()
-    block = model.blocks[0]
-    with torch.no_grad():
-        # The chapter multiplies row vectors on the right (x @ W); nn.Linear stores W.T.
-        model.token_table.weight.copy_(_t(chapter["E_token_table"]))
-        model.position_table.weight.copy_(_t(chapter["P_position_table"]))
-        block.attention.qkv.weight.copy_(torch.cat([_t(chapter["W_Q"]).T, _t(chapter["W_K"]).T,
-                                                    _t(chapter["W_V"]).T]))
-        block.attention.qkv.bias.zero_()
-        block.attention.out.weight.copy_(_t(chapter["W_O"]).T)
-        block.attention.out.bias.zero_()
-        block.ffn.W1.weight.copy_(_t(chapter["W_1"]).T)
-        block.ffn.W1.bias.copy_(_t(chapter["b_1"]))
-        block.ffn.W2.weight.copy_(_t(chapter["W_2"]).T)
-        block.ffn.W2.bias.copy_(_t(chapter["b_2"]))
-        for norm in (block.norm1, block.norm2, model.final_norm):
-            norm.weight.fill_(1.0)
-            norm.bias.zero_()
-    return model
+    cfg = chapter_model_config(chapter)
+    assert (cfg.context, cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.ffn_hidden, cfg.dtype) == (3, 1, 2, 2, 3, "float64")
+    return build_model(cfg, chapter)
 
 
 @pytest.fixture(scope="module")
