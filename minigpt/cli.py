@@ -8,11 +8,9 @@ its traceback.
 from __future__ import annotations
 
 import functools
-import json
 import shlex
-import sys
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Annotated, Callable, List, Optional
 
 import typer
 
@@ -28,6 +26,11 @@ app = typer.Typer(
 CONFIG_HELP = "TOML config shared by train, sample and trace (default: configs/default.toml)."
 SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
 RUN_HELP = "Run folder to load (default: the one the config names, runs/<config name>)."
+
+# The options every command shares, declared once.
+ConfigOption = Annotated[Optional[Path], typer.Option("-c", "--config", help=CONFIG_HELP)]
+RunOption = Annotated[Optional[Path], typer.Option("--run", help=RUN_HELP)]
+SetOption = Annotated[Optional[List[str]], typer.Option("--set", help=SET_HELP)]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -46,24 +49,24 @@ def user_errors(command: Callable) -> Callable:
     return wrapper
 
 
-def load(config: Optional[Path], overrides: List[str], **flags) -> "Config":  # noqa: F821
+def load(config: Optional[Path], overrides: Optional[List[str]], **flags) -> "Config":  # noqa: F821
     """The config file, then --set overrides, then the dedicated flags, which win. Flags come as
     {"section.key": value} (None: flag not given) and are named in messages as --key-with-dashes."""
     from .config import load_config
 
     typed = {name: ("--" + name.partition(".")[2].replace("_", "-"), value)
              for name, value in flags.items() if value is not None}
-    return load_config(config, overrides, typed)
+    return load_config(config, overrides or [], typed)
 
 
 @app.command()
 @user_errors
 def train(
-    config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
+    config: ConfigOption = None,
     data: Optional[Path] = typer.Option(None, "--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder to write (default: runs/<config name>)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps (overrides train.steps)."),
-    overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+    overrides: SetOption = None,
     resume: bool = typer.Option(False, "--resume", help="Continue the run in the run folder from its checkpoint."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summaries (for scripts)."),
@@ -77,7 +80,7 @@ def train(
     from .train import run_training
 
     # The same choices, spelled for the follow-up commands the user is told to run.
-    chosen = [*(["-c", str(config)] if config else []), *[a for o in overrides for a in ("--set", o)]]
+    chosen = [*(["-c", str(config)] if config else []), *[a for o in overrides or [] for a in ("--set", o)]]
     again = [*chosen, *(["--data", str(data)] if data else []), *(["--out", str(out)] if out else []),
              *(["--steps", str(steps)] if steps is not None else [])]
     run_training(cfg, resume=resume, force=force, quiet=quiet,
@@ -88,8 +91,8 @@ def train(
 @app.command()
 @user_errors
 def sample(
-    config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
-    run: Optional[Path] = typer.Option(None, "--run", help=RUN_HELP),
+    config: ConfigOption = None,
+    run: RunOption = None,
     prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Text to continue. An empty prompt starts from a newline."),
     prompt_file: Optional[Path] = typer.Option(None, "--prompt-file", help="Read the prompt from a UTF-8 file."),
     max_new_tokens: Optional[int] = typer.Option(None, "-n", "--max-new-tokens", help="Tokens to generate."),
@@ -102,7 +105,7 @@ def sample(
     stop: Optional[str] = typer.Option(None, "--stop", help="Stop a sample when this text appears in its completion."),
     slide: Optional[bool] = typer.Option(None, "--slide/--no-slide", help="Past the position table, continue with a sliding window (default) or stop there."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per sample instead of streaming text."),
-    overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+    overrides: SetOption = None,
     kv_cache: bool = typer.Option(True, "--kv-cache/--no-kv-cache", hidden=True, help="Use the KV cache while the window fills (off: full recompute, for benchmarks)."),
 ) -> None:
     """Continue a prompt with a trained model. An empty prompt starts from a newline.
@@ -128,8 +131,8 @@ def sample(
 @app.command()
 @user_errors
 def trace(
-    config: Optional[Path] = typer.Option(None, "-c", "--config", help=CONFIG_HELP),
-    run: Optional[Path] = typer.Option(None, "--run", help=RUN_HELP),
+    config: ConfigOption = None,
+    run: RunOption = None,
     prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Text whose tokens are traced."),
     ids: Optional[str] = typer.Option(None, "--ids", help="Token ids instead of a prompt, e.g. 0,1,2."),
     position: Optional[int] = typer.Option(None, "--position", help="Position to follow (default: the last; negative counts from the end)."),
@@ -137,7 +140,7 @@ def trace(
     digits: int = typer.Option(4, "--digits", help="Decimals shown for each number."),
     top: int = typer.Option(5, "--top", help="Next-token candidates shown."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole trace as one JSON object with full rows."),
-    overrides: List[str] = typer.Option([], "--set", help=SET_HELP),
+    overrides: SetOption = None,
 ) -> None:
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output."""
     if (prompt is None) == (ids is None):

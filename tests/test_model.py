@@ -423,6 +423,18 @@ def test_residual_add_refuses_broadcasting():
     assert torch.equal(residual(stream + 1, same), torch.full((2, 5, 16), 1.5))
 
 
+def test_last_only_gives_the_last_positions_logits_of_the_full_forward():
+    model = randomised(small_config())
+    ids = random_ids(2, 7)
+    full = fast(model, ids)
+    with torch.no_grad():
+        last, _ = model(ids, last_only=True)
+    assert last.shape == (2, 1, full.shape[-1])
+    assert max_diff(last, full[:, -1:]) <= 1e-12
+    with pytest.raises(ValueError, match="last_only"):
+        model(ids, targets=ids, last_only=True)
+
+
 # ----------------------------------------------------------------------------------------------
 # the KV cache
 

@@ -121,10 +121,10 @@ def forward_calls(monkeypatch) -> list[dict]:
     calls = []
     real = MiniGPT.forward
 
-    def spy(self, ids, targets=None, recorder=None, cache=None):
+    def spy(self, ids, targets=None, recorder=None, cache=None, last_only=False):
         calls.append(dict(batch=ids.shape[0], new=ids.shape[1], cached=cache.length if cache else 0,
                           ids=ids.clone()))
-        return real(self, ids, targets, recorder, cache)
+        return real(self, ids, targets, recorder, cache, last_only)
 
     monkeypatch.setattr(MiniGPT, "forward", spy)
     return calls
@@ -134,7 +134,7 @@ def force_tokens(monkeypatch, script: list[int]) -> None:
     """Replace the model's forward by one whose next-token scores put the script's next id far on top."""
     step = {"n": 0}
 
-    def forced(self, ids, targets=None, recorder=None, cache=None):
+    def forced(self, ids, targets=None, recorder=None, cache=None, last_only=False):
         logits = torch.zeros(ids.shape[0], ids.shape[1], self.vocab_size, dtype=torch.float32)
         logits[:, -1, script[step["n"]]] = 50.0
         step["n"] += 1
