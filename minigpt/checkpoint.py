@@ -33,6 +33,8 @@ TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 FORMAT_VERSION = 1
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # reading the umask means setting it; put it straight back
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False) -> None:
@@ -40,6 +42,7 @@ def atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the mode open() would
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()
@@ -64,10 +67,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise MinigptError(f"no checkpoint at {path}; train first with `minigpt train` (same config)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MinigptError(f"checkpoint {path} could not be loaded safely ({first}); "
-                           f"it is damaged or not a minigpt checkpoint") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError):
+        # torch's own message suggests weights_only=False, which would let the file run code: not shown.
+        raise MinigptError(f"checkpoint {path} could not be loaded as plain tensors and values; it is "
+                           f"damaged, truncated or not a minigpt checkpoint: retrain, or restore it") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise MinigptError(f"checkpoint {path} is not a minigpt checkpoint of format {FORMAT_VERSION}")
     return payload
@@ -82,7 +85,8 @@ def sha256_file(path: Path) -> str:
 
 
 # Keys that do not change what a run computes; a resume may differ in them.
-_NOT_IDENTITY = {("train", k) for k in ("out", "device", "threads", "log_interval", "eval_interval",
+# `data` is the path only: the corpus itself is identified by its sha256, so a moved file resumes.
+_NOT_IDENTITY = {("train", k) for k in ("data", "out", "device", "threads", "log_interval", "eval_interval",
                                          "checkpoint_interval")}
 
 
@@ -105,7 +109,8 @@ def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> 
     if differences:
         raise MinigptError(f"checkpoint in {run_dir} was trained with another [model] section than "
                            f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
-                           f"use the config it was trained with, or point --run at a matching run")
+                           f"use the config it was trained with (it is saved as -c {run_dir / CONFIG_FILE}), "
+                           f"or point --run at a matching run")
 
 
 def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu") -> tuple[MiniGPT, TextTokenizer]:

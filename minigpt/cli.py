@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated, Callable, List, Optional
 
@@ -160,7 +161,27 @@ def trace(
 
 
 def main() -> None:
-    app()
+    """Run the app; a command-line mistake (unknown option, a value of the wrong type) ends, like
+    every other user error, in one line on stderr and exit status 2, not Click's multi-line box."""
+    try:  # Typer >= 0.26 ships its own copy of Click; older releases use Click itself
+        from typer._click import exceptions as click_exceptions
+    except ImportError:  # pragma: no cover
+        from click import exceptions as click_exceptions
+
+    try:
+        code = app(standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as exc:
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        code = 0
+    except click_exceptions.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "minigpt"
+        message = " ".join(exc.format_message().split()).rstrip(".")
+        typer.echo(f"minigpt: error: {message}; see '{command} --help'", err=True)
+        code = exc.exit_code
+    except typer.Abort:  # Ctrl-C outside the training loop
+        typer.echo("minigpt: interrupted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -246,8 +246,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     path = Path(path) if path is not None else DEFAULT_CONFIG
     where = str(path)
     if not path.exists():
+        if path == DEFAULT_CONFIG:  # a plain `pip install .` leaves configs/ and data/ in the checkout
+            raise ConfigError(f"the default config {where} is not installed; install minigpt from its "
+                              f"checkout with `pip install -e .`, or pass your own TOML file with -c")
         raise ConfigError(f"config file {where} does not exist; pass an existing TOML file with -c "
-                          f"(e.g. {DEFAULT_CONFIG})")
+                          f"(the default is {DEFAULT_CONFIG})")
     if path.is_dir():
         raise ConfigError(f"config file {where} is a directory; pass a TOML file with -c")
     try:

@@ -21,6 +21,10 @@ from .errors import MinigptError
 
 KINDS = ("bpe", "char", "byte")
 
+_HEX_BYTES = "minigpt-hex-bytes"
+codecs.register_error(_HEX_BYTES, lambda err: ("".join(f"<0x{b:02X}>" for b in err.object[err.start:err.end]),
+                                               err.end))
+
 
 def _byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from the 256 byte values to printable characters, which is the
@@ -117,8 +121,9 @@ class TextTokenizer:
         return [e.ids for e in self.tok.encode_batch(lines, add_special_tokens=False)]
 
     def token_text(self, i: int) -> str:
-        """One token as readable text (a split multi-byte character shows its replacement mark)."""
-        return self.pieces[i].decode("utf-8", errors="replace")
+        """One token as readable text; bytes that are only part of a UTF-8 character (a byte-level
+        token can hold a third of an emoji) show as <0xF0>, so different tokens stay distinguishable."""
+        return self.pieces[i].decode("utf-8", errors=_HEX_BYTES)
 
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")

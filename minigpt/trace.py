@@ -238,14 +238,19 @@ def _table(rows: list[tuple[str, list[float], list[int]]], digits: int, width: i
 def _legend(model: dict[str, Any]) -> list[str]:
     norm = "LN" if model["norm"] == "layernorm" else "RMS"
     b1, b2 = (" + b1", " + b2") if model["bias"] else ("", "")
-    act = model["activation"]
+
+    def hidden(x: str) -> str:
+        if model["activation"] == "swiglu":  # W1 holds the gate and value projections side by side
+            return f"hidden = SiLU(gate) * value, [gate | value] = {x} W1{b1}"
+        return f"hidden = {model['activation']}({x} W1{b1})"
+
     if model["norm_position"] == "pre":
         steps = [f"norm1 = {norm}1(input)", "attention = MHA(norm1)", "residual1 = input + attention",
-                 f"norm2 = {norm}2(residual1)", f"hidden = {act}(norm2 W1{b1})", f"ffn = hidden W2{b2}",
+                 f"norm2 = {norm}2(residual1)", hidden("norm2"), f"ffn = hidden W2{b2}",
                  "output = residual1 + ffn"]
     else:
         steps = ["attention = MHA(input)", "residual1 = input + attention", f"norm1 = {norm}1(residual1)",
-                 f"hidden = {act}(norm1 W1{b1})", f"ffn = hidden W2{b2}", "residual2 = norm1 + ffn",
+                 hidden("norm1"), f"ffn = hidden W2{b2}", "residual2 = norm1 + ffn",
                  f"norm2 = output = {norm}2(residual2)"]
     steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]

@@ -117,6 +117,13 @@ def _format_seconds(seconds: float) -> str:
 def _prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
     """Refuse to overwrite or to resume nothing, and prove the folder can be written, before any
     expensive work and before anything is written."""
+    try:
+        _check_run_dir(run_dir, resume, force)
+    except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
+        raise MinigptError(f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out") from None
+
+
+def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
     has_run = run_dir.is_dir() and any(run_dir.iterdir())
     if resume and not (run_dir / ckpt.CHECKPOINT_FILE).is_file():
         raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
@@ -130,6 +137,24 @@ def _prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
         raise MinigptError(f"run folder {run_dir} cannot be written ({probe} is not writable); choose another --out")
 
 
+def _create_run_dir(run_dir: Path, force: bool, config_text: str, tokenizer_text: str) -> None:
+    """Make (or, with --force, replace) the run folder and write what never changes during the run.
+    A failure here removes what it made, so no half-written run is left behind."""
+    created = not run_dir.exists()
+    try:
+        if force and not created:
+            shutil.rmtree(run_dir)
+            created = True
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.atomic_write_text(run_dir / ckpt.CONFIG_FILE, config_text)
+        ckpt.atomic_write_text(run_dir / ckpt.TOKENIZER_FILE, tokenizer_text)
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise MinigptError(f"run folder {run_dir} cannot be written ({exc.strerror or exc}); "
+                           f"choose another --out") from None
+
+
 def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
@@ -139,8 +164,12 @@ def _check_resume(payload: dict[str, Any], cfg: Config, corpus: Corpus) -> None:
     now = ckpt.training_identity(cfg)
     if ckpt.config_hash(now) != payload["hashes"]["config"]:
         diffs = [f"[{s}] {d}" for s in now for d in model_section_differences(now[s], stored.get(s, {}))]
+        advice = "resume with the same config file, --set values and flags"
+        if [d for d in diffs if not d.startswith("[train] steps:")] == []:
+            advice = ("a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
+                      "run cannot be lengthened; train a new run with more --steps (--force or another --out)")
         raise MinigptError(f"--resume refused: the config differs from the checkpoint's "
-                           f"({'; '.join(diffs)} (now != checkpoint)); resume with the same config and --set values")
+                           f"({'; '.join(diffs)} (now != checkpoint)); {advice}")
     if corpus.tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
         raise MinigptError("--resume refused: the tokenizer differs from the one the checkpoint was trained "
                            "with (tokenizer.json hash changed); start a new run with --force or another --out")
@@ -203,12 +232,14 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
               "tokenizer": corpus.tokenizer.fingerprint(), "corpus": corpus.sha256}
 
     # Everything is validated: only now is the run folder created or replaced.
-    if force and run_dir.exists() and payload is None:
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     if payload is None:
-        ckpt.atomic_write_text(run_dir / ckpt.CONFIG_FILE, cfg.to_toml())
-        ckpt.atomic_write_text(run_dir / ckpt.TOKENIZER_FILE, corpus.tokenizer.to_str())
+        _create_run_dir(run_dir, force, cfg.to_toml(), corpus.tokenizer.to_str())
+    if cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
+        notes.append(f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
+                     f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge")
+    if tc.warmup_steps >= tc.steps:
+        notes.append(f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "
+                     f"rate never reaches learning_rate = {tc.learning_rate} (set train.warmup_steps lower)")
 
     train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device)
     val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device).fixed(tc.eval_batches)

@@ -420,7 +420,8 @@ def test_checkpoint_whose_model_section_disagrees_with_the_config_is_refused(cha
     message = refused("-c", other, "-p", "ROM")
     assert message == (f"minigpt: error: checkpoint in {char_run.parent / 'run'} was trained with another "
                        f"[model] section than {other} (n_layer: 2 != 1 (config != checkpoint)); use the config "
-                       f"it was trained with, or point --run at a matching run")
+                       f"it was trained with (it is saved as -c {char_run.parent / 'run' / 'config.toml'}), "
+                       f"or point --run at a matching run")
 
 
 def test_run_flag_overrides_the_run_folder_the_config_names(char_run, tmp_path):

@@ -29,17 +29,16 @@ RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl"}
 
 
 def error_line(result) -> str:
-    """A refusal: exit 2, no traceback, nothing on stdout, and stderr ending in exactly one
-    `minigpt: error:` line (progress lines may come before it). Returns that line."""
+    """A refusal: exit 2, no traceback, nothing on stdout, and exactly one `minigpt: error:` line on
+    stderr (no progress line before it). Returns that line."""
     assert result.exit_code == 2, (result.exit_code, result.output)
     assert isinstance(result.exception, SystemExit), repr(result.exception)  # not an unhandled error
     assert "Traceback" not in result.output
     assert result.stdout == ""
     lines = result.stderr.splitlines()
-    errors = [line for line in lines if "error" in line.lower()]
-    assert len(errors) == 1 and lines[-1] == errors[0], lines
-    assert errors[0].startswith("minigpt: error: ")
-    return errors[0]
+    assert len(lines) == 1, lines  # the refusal and nothing else
+    assert lines[0].startswith("minigpt: error: ")
+    return lines[0]
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
@@ -454,3 +453,56 @@ def test_output_under_a_file_is_refused(cli, tiny_config, tmp_path):
     line = error_line(cli("train", "-c", tiny_config, "--out", blocker))
     assert f"run folder {blocker} is a file" in line
     assert blocker.read_text(encoding="utf-8") == "keep me"
+
+
+def test_a_run_cannot_be_lengthened_by_resume_and_the_message_says_why(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
+    before = snapshot(run)
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "15", "--resume"))
+    assert "[train] steps: 15 != 10 (now != checkpoint)" in line
+    assert "a run cannot be lengthened; train a new run with more --steps" in line
+    assert snapshot(run) == before
+
+
+def test_resume_with_the_same_text_under_another_path_continues(cli, tiny_config, tiny_text, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "20", "--set", "train.checkpoint_interval=10")
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    payload["step"] = 10  # pretend the run stopped after its first checkpoint
+    torch.save(payload, run / "checkpoint.pt")
+    moved = tmp_path / "moved.txt"
+    moved.write_bytes(tiny_text.read_bytes())
+    result = cli("train", "-c", tiny_config, "--out", run, "--steps", "20", "--resume", "--data", moved,
+                 "--set", "train.checkpoint_interval=10", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 20
+
+
+def test_an_output_folder_that_cannot_be_created_is_one_line(cli, tiny_config, tmp_path):
+    too_long = tmp_path / ("a" * 300)
+    line = error_line(cli("train", "-c", tiny_config, "--out", too_long, "--quiet"))
+    assert f"run folder {too_long} cannot be used (File name too long); choose another --out" in line
+
+
+def test_a_damaged_checkpoint_is_refused_without_suggesting_unsafe_loading(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
+    (run / "checkpoint.pt").write_bytes(b"garbage")
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume"))
+    assert f"checkpoint {run / 'checkpoint.pt'} could not be loaded as plain tensors and values" in line
+    assert "weights_only" not in line
+
+
+def test_warmup_longer_than_the_run_is_pointed_out(cli, tiny_config, tmp_path):
+    result = train_tiny(cli, tiny_config, tmp_path / "run", "--steps", "5", "--set", "train.warmup_steps=8")
+    assert ("note: warmup_steps = 8 is not below steps = 5, so the learning rate never reaches "
+            "learning_rate = 0.003") in result.stderr
+
+
+def test_run_files_get_the_usual_permissions(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "5")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {p.name: p.stat().st_mode & 0o777 for p in run.iterdir()} == {name: 0o666 & ~umask for name in RUN_FILES}
