@@ -81,6 +81,23 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float) -> dict[str,
     return {"val_loss": total, "val_bpb": total * tokens_per_byte / math.log(2)}
 
 
+def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int) -> float:
+    """Time one forward and backward pass (after one untimed warm-up) on a validation batch and scale
+    it to the run. Leaves no trace: gradients are cleared and the RNG state is restored, so a run
+    that prints an estimate computes exactly what one that does not (`--quiet`) computes."""
+    x, y = batch
+    with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
+        seconds = 0.0
+        for _ in range(2):
+            started = time.perf_counter()
+            model(x, y)[1].backward()
+            seconds = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    evaluations = steps // tc.eval_interval + 1
+    # An evaluation is forward passes only, about a third of a forward and backward pass.
+    return seconds * (steps * tc.grad_accum + evaluations * tc.eval_batches / 3)
+
+
 class StopFlag:
     """Ctrl-C asks the loop to stop at the next step boundary; a second Ctrl-C stops at once."""
 
@@ -259,9 +276,11 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
 
     for note in notes:
         _say(quiet, note)
-    _say(quiet, f"minigpt train: {model.num_parameters():,} parameters, {len(corpus.train_ids):,} train / "
-                f"{len(corpus.val_ids):,} val tokens ({corpus.tokenizer.vocab_size} ids), {tokens_per_step:,} "
-                f"tokens/step, steps {step}->{tc.steps} on {device}, run folder {run_dir}")
+    if not quiet:
+        estimate = _format_seconds(estimate_seconds(model, val_windows[0], tc, tc.steps - step))
+        _say(quiet, f"minigpt train: {model.num_parameters():,} parameters, {len(corpus.train_ids):,} train / "
+                    f"{len(corpus.val_ids):,} val tokens ({corpus.tokenizer.vocab_size} ids), {tokens_per_step:,} "
+                    f"tokens/step, steps {step}->{tc.steps} on {device}, about {estimate}; run folder {run_dir}")
 
     metrics = MetricsLog(run_dir / ckpt.METRICS_FILE, keep_through_step=step if payload is not None else None)
     result: dict[str, Any] = {}
