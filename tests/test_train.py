@@ -506,3 +506,13 @@ def test_run_files_get_the_usual_permissions(cli, tiny_config, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert {p.name: p.stat().st_mode & 0o777 for p in run.iterdir()} == {name: 0o666 & ~umask for name in RUN_FILES}
+
+
+def test_the_time_estimate_leaves_the_runs_numbers_untouched(cli, tiny_config, tmp_path):
+    # The estimate runs a forward and backward pass; with dropout on, it must not consume the RNG.
+    common = ("--steps", "8", "--set", "model.dropout=0.1")
+    train_tiny(cli, tiny_config, tmp_path / "quiet", "--quiet", *common)
+    shown = train_tiny(cli, tiny_config, tmp_path / "shown", *common)
+    assert "about " in shown.stderr
+    a, b = (torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"] for name in ("quiet", "shown"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
