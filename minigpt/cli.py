@@ -11,11 +11,14 @@ import functools
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, List, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, List, Optional
 
 import typer
 
 from .errors import MinigptError
+
+if TYPE_CHECKING:  # the config module is imported by the commands, not at start-up
+    from .config import Config
 
 app = typer.Typer(
     add_completion=False,
@@ -50,7 +53,7 @@ def user_errors(command: Callable) -> Callable:
     return wrapper
 
 
-def load(config: Optional[Path], overrides: Optional[List[str]], **flags) -> "Config":  # noqa: F821
+def load(config: Optional[Path], overrides: Optional[List[str]], **flags) -> Config:
     """The config file, then --set overrides, then the dedicated flags, which win. Flags come as
     {"section.key": value} (None: flag not given) and are named in messages as --key-with-dashes."""
     from .config import load_config

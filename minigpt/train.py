@@ -283,7 +283,6 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
                     f"tokens/step, steps {step}->{tc.steps} on {device}, about {estimate}; run folder {run_dir}")
 
     metrics = MetricsLog(run_dir / ckpt.METRICS_FILE, keep_through_step=step if payload is not None else None)
-    result: dict[str, Any] = {}
     stop = StopFlag()
     from tqdm import tqdm
 
