@@ -109,7 +109,6 @@ def load_corpus(cfg: Config, on_status=lambda message: None) -> Corpus:
         tokenizer = TextTokenizer.load(files[0])
         train_ids, val_ids = (np.load(f, mmap_mode="r") for f in files[1:])
     else:
-        on_status(f"fitting a {cfg.tokenizer.kind} tokenizer and encoding {len(text):,} characters")
         tokenizer = TextTokenizer(train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text))
         train_ids, val_ids = _encode(tokenizer, train_text), _encode(tokenizer, val_text)
         try:
@@ -117,8 +116,11 @@ def load_corpus(cfg: Config, on_status=lambda message: None) -> Corpus:
             atomic_write(files[1], lambda f: np.save(f, train_ids), binary=True)
             atomic_write(files[2], lambda f: np.save(f, val_ids), binary=True)
             atomic_write_text(files[0], tokenizer.to_str())  # last: its presence marks a complete entry
+            cached = f"token ids cached in {folder}"
         except OSError as exc:
-            on_status(f"token cache not written ({exc.strerror}); the next run encodes again")
+            cached = f"token cache not written ({exc.strerror}), so the next run encodes again"
+        on_status(f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} "
+                  f"characters; {cached}")
     corpus = Corpus(tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")),
                     len(val_text.encode("utf-8")), sha, path)
     _check_long_enough(corpus, cfg.model.context)

@@ -126,6 +126,22 @@ def _say(quiet: bool, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+@contextmanager
+def _transient_status(quiet: bool, message: str):
+    """Say what a slow step is doing on a terminal, then erase the line, so that what stays on the
+    screen (a refusal above all) is unchanged. Off a terminal nothing is written."""
+    show = not quiet and sys.stderr.isatty()
+    if show:
+        sys.stderr.write(message + "\r")
+        sys.stderr.flush()
+    try:
+        yield
+    finally:
+        if show:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
 def _format_seconds(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
@@ -229,7 +245,8 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
         ckpt.check_model_matches(cfg, payload, run_dir)
 
     notes: list[str] = []  # shown once every check has passed, so a refusal stays one line
-    corpus = load_corpus(cfg, on_status=notes.append)
+    with _transient_status(quiet, f"preparing {cfg.train.data} (tokenizer and token ids) ..."):
+        corpus = load_corpus(cfg, on_status=notes.append)
     if payload is not None:
         _check_resume(payload, cfg, corpus)
 

@@ -125,11 +125,11 @@ def test_cache_lives_under_minigpt_cache(isolated_cache, tiny_config):
 def test_second_load_is_a_memory_mapped_cache_hit_with_identical_ids(tiny_config):
     first, messages = corpus_with_messages(tiny_config)
     assert not any("cache hit" in m for m in messages)
-    assert any("fitting a char tokenizer" in m for m in messages)
+    assert any("fitted a char tokenizer" in m for m in messages)
 
     second, messages = corpus_with_messages(tiny_config)
     assert any("cache hit" in m for m in messages), messages
-    assert not any("fitting" in m for m in messages)
+    assert not any("fitted" in m for m in messages)
     assert isinstance(second.train_ids, np.memmap) and isinstance(second.val_ids, np.memmap)
     assert not isinstance(first.train_ids, np.memmap)
     assert np.array_equal(first.train_ids, second.train_ids)
@@ -167,7 +167,7 @@ def test_any_change_of_text_or_tokenizer_settings_misses_the_cache(tiny_config, 
         overrides.append(change)
     second, messages = corpus_with_messages(tiny_config, *overrides)
     assert not any("cache hit" in m for m in messages), messages
-    assert any("fitting" in m for m in messages)
+    assert any("fitted" in m for m in messages)
     # The new result is not the old one read back.
     assert (second.sha256 != first.sha256 or second.tokenizer.fingerprint() != first.tokenizer.fingerprint()
             or len(second.val_ids) != len(first.val_ids))
