@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .device import pick_device, use_threads
 from .errors import MinigptError
-from .model import ContextTooLongError, KVCache, MiniGPT
+from .model import KVCache, MiniGPT, context_refusal
 
 STOP_REASONS = ("max_new_tokens", "stop_text", "context_limit")
 
@@ -81,10 +81,9 @@ def choose(logits: Tensor, probs: Tensor, greedy: bool, generator: torch.Generat
 def check_prompt_fits(n_tokens: int, context: int) -> None:
     """Refuse a prompt the position table cannot hold; cropping it silently would hide the problem."""
     if n_tokens > context:
-        raise ContextTooLongError(
-            f"prompt has {n_tokens} tokens but the position table has {context} rows ([model] context = "
-            f"{context}), and the prompt is never cropped; shorten the prompt to at most {context} tokens "
-            f"(e.g. keep its end), or train a model with a larger [model] context")
+        raise context_refusal(n_tokens, context, "the prompt",
+                              "shorten the prompt (e.g. keep its end; it is never cropped), or train a model "
+                              "with a larger [model] context")
 
 
 # ----------------------------------------------------------------------------------------------

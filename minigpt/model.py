@@ -37,6 +37,14 @@ class ContextTooLongError(MinigptError):
     """A sequence needs a position row the learned table does not have."""
 
 
+def context_refusal(length: int, context: int, what: str = "the sequence", advice: str = "") -> ContextTooLongError:
+    """The one refusal for anything longer than the position table, whoever notices it first."""
+    return ContextTooLongError(
+        f"{what} has {length} tokens but the position table has {context} rows ([model] context = {context}); "
+        f"the model has no row for position {context} and will not invent one, so use at most {context} tokens"
+        + (f": {advice}" if advice else ""))
+
+
 class TokenOutOfRangeError(MinigptError):
     """A token id outside [0, vocab_size)."""
 
@@ -282,15 +290,13 @@ class MiniGPT(nn.Module):
         """Refuse what the tables cannot represent, before any row is read."""
         end = start + ids.shape[1]
         if end > self.context:
-            seen = f"{start} cached + {ids.shape[1]} new = {end}" if start else f"{end}"
-            raise ContextTooLongError(
-                f"sequence of {seen} positions is longer than the position table ({self.context} rows, "
-                f"[model] context); the model refuses rather than invent a row it never trained; "
-                f"use at most {self.context} tokens")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise TokenOutOfRangeError(f"token id {bad} is outside the vocabulary (ids 0..{self.vocab_size - 1}); "
-                                       f"use ids the tokenizer produced")
+            what = f"the sequence ({start} cached + {ids.shape[1]} new)" if start else "the sequence"
+            raise context_refusal(end, self.context, what)
+        outside = ids[(ids < 0) | (ids >= self.vocab_size)]
+        if outside.numel():
+            raise TokenOutOfRangeError(f"token id {int(outside[0])} is not in the vocabulary: this model has "
+                                       f"{self.vocab_size} tokens, ids 0..{self.vocab_size - 1}; use ids the "
+                                       f"tokenizer produced")
 
     def forward(self, ids: Tensor, targets: Tensor | None = None, recorder: Recorder | None = None,
                 cache: KVCache | None = None, last_only: bool = False) -> tuple[Tensor, Tensor | None]:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .errors import MinigptError
-from .model import MiniGPT, Recorder
+from .model import MiniGPT, Recorder, context_refusal
 from .tokenizer import TextTokenizer
 
 WIDTH = 80
@@ -61,13 +61,8 @@ def check_ids(model: MiniGPT, ids: list[int]) -> None:
     if not ids:
         raise MinigptError("the prompt has no tokens; trace needs at least one: pass -p TEXT or --ids 3,1,4")
     if len(ids) > model.context:
-        raise MinigptError(f"the prompt is {len(ids)} tokens but the position table has {model.context} rows "
-                           f"([model] context = {model.context}); the model has no row for position "
-                           f"{model.context}, so trace at most {model.context} tokens: shorten the prompt")
-    for i in ids:
-        if not 0 <= i < model.vocab_size:
-            raise MinigptError(f"token id {i} is not in the vocabulary: this model has {model.vocab_size} "
-                               f"tokens, ids 0..{model.vocab_size - 1}; use ids the tokenizer produced")
+        raise context_refusal(len(ids), model.context, "the prompt", "shorten the prompt")
+    model.check_ids(torch.tensor([ids]))  # ids outside the vocabulary
 
 
 def resolve_position(position: int | None, length: int) -> int:

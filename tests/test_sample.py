@@ -160,17 +160,18 @@ class Chunks(io.StringIO):
 
 def test_prompt_longer_than_position_table_is_refused(char_run):
     message = refused("-c", char_run, "-p", "ROMEO: hello")  # 12 characters = 12 tokens
-    assert message == ("minigpt: error: prompt has 12 tokens but the position table has 8 rows "
-                       "([model] context = 8), and the prompt is never cropped; shorten the prompt to at "
-                       "most 8 tokens (e.g. keep its end), or train a model with a larger [model] context")
+    assert message == ("minigpt: error: the prompt has 12 tokens but the position table has 8 rows "
+                       "([model] context = 8); the model has no row for position 8 and will not invent one, "
+                       "so use at most 8 tokens: shorten the prompt (e.g. keep its end; it is never cropped), "
+                       "or train a model with a larger [model] context")
     # one token fewer than that would still be too long; exactly the table is accepted
-    assert refused("-c", char_run, "-p", "ROMEO: he").startswith("minigpt: error: prompt has 9 tokens ")
+    assert refused("-c", char_run, "-p", "ROMEO: he").startswith("minigpt: error: the prompt has 9 tokens ")
     assert samples_json("-c", char_run, "-p", "ROMEO: h", "-n", "2")[0]["prompt_ids"].__len__() == 8
 
 
 def test_too_long_prompt_is_refused_by_generate_too_even_for_zero_new_tokens(char_run):
     model, tokenizer = loaded(char_run)
-    with pytest.raises(ContextTooLongError, match=r"^prompt has 9 tokens but the position table has 8 rows"):
+    with pytest.raises(ContextTooLongError, match=r"^the prompt has 9 tokens but the position table has 8 rows"):
         generate(model, tokenizer.encode("ROMEO: he"), 0)
 
 
@@ -542,5 +543,5 @@ def test_bench_sampling_reports_both_speeds(char_run):
 
 def test_generate_refuses_ids_outside_the_vocabulary(char_run):
     model, _ = loaded(char_run)
-    with pytest.raises(MinigptError, match="outside the vocabulary"):
+    with pytest.raises(MinigptError, match=r"token id \d+ is not in the vocabulary"):
         generate(model, [0, model.vocab_size], 1)

@@ -200,11 +200,11 @@ def test_regenerating_the_chapter_folder_gives_the_shipped_files(tmp_path):
     (["--ids", "0,1", "--position", "-3"],
      "--position -3 is beyond the prompt: it has 2 token(s), positions 0..1 (or -2..-1 from the end)"),
     (["--ids", "0,1,2,0"],
-     "the prompt is 4 tokens but the position table has 3 rows ([model] context = 3); the model has no "
-     "row for position 3, so trace at most 3 tokens: shorten the prompt"),
+     "the prompt has 4 tokens but the position table has 3 rows ([model] context = 3); the model has no "
+     "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt"),
     (["-p", "abcab"],
-     "the prompt is 5 tokens but the position table has 3 rows ([model] context = 3); the model has no "
-     "row for position 3, so trace at most 3 tokens: shorten the prompt"),
+     "the prompt has 5 tokens but the position table has 3 rows ([model] context = 3); the model has no "
+     "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt"),
     (["-p", ""], "the prompt is empty; trace needs at least one token: pass -p TEXT or --ids 3,1,4"),
     (["--ids", ""], "--ids is empty; trace needs at least one token id, e.g. --ids 3,1,4"),
     (["--ids", "0,3"], "token id 3 is not in the vocabulary: this model has 3 tokens, ids 0..2; "
@@ -269,7 +269,7 @@ def wide(tmp_path_factory) -> Path:
 def test_prompt_longer_than_position_table_is_refused(wide):
     result = trace("-c", str(wide), "-p", PROMPT + "!")
     assert result.exit_code == 2
-    assert result.stderr.startswith("minigpt: error: the prompt is 33 tokens but the position table has 32 rows")
+    assert result.stderr.startswith("minigpt: error: the prompt has 33 tokens but the position table has 32 rows")
 
 
 @pytest.mark.parametrize("digits, head_tables", [("4", 4), ("8", 4), ("15", 8)])
