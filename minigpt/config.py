@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import sysconfig
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -22,7 +23,18 @@ from typing import Any
 
 from .errors import ConfigError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+def _shipped_root() -> Path:
+    """Where configs/ and data/ are: the checkout (an editable install, or running from source), else
+    the copy a regular `pip install .` puts under <prefix>/share/minigpt (pyproject's data-files)."""
+    checkout = Path(__file__).resolve().parent.parent
+    installed = Path(sysconfig.get_path("data")) / "share" / "minigpt"
+    if not (checkout / "configs" / "default.toml").is_file() and (installed / "configs" / "default.toml").is_file():
+        return installed
+    return checkout
+
+
+PROJECT_ROOT = _shipped_root()
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.toml"
 DEFAULT_CORPUS = PROJECT_ROOT / "data" / "tinyshakespeare.txt"
 
@@ -246,9 +258,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     path = Path(path) if path is not None else DEFAULT_CONFIG
     where = str(path)
     if not path.exists():
-        if path == DEFAULT_CONFIG:  # a plain `pip install .` leaves configs/ and data/ in the checkout
+        if path == DEFAULT_CONFIG:
             raise ConfigError(f"the default config {where} is not installed; install minigpt from its "
-                              f"checkout with `pip install -e .`, or pass your own TOML file with -c")
+                              f"checkout (`pip install -e .` or `pip install .`), or pass your own TOML file with -c")
         raise ConfigError(f"config file {where} does not exist; pass an existing TOML file with -c "
                           f"(the default is {DEFAULT_CONFIG})")
     if path.is_dir():
