@@ -20,9 +20,10 @@ Pieces, from pure to plumbing:
 
 from __future__ import annotations
 
+import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence, TextIO
 
@@ -32,8 +33,6 @@ from torch import Tensor
 from .device import pick_device, use_threads
 from .errors import MinigptError
 from .model import KVCache, MiniGPT, context_refusal
-
-STOP_REASONS = ("max_new_tokens", "stop_text", "context_limit")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,7 +219,6 @@ class SampleResult:
     token_probs: list[float]
     stop_reason: str
     seconds: float
-    extra: dict = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:
@@ -257,8 +255,6 @@ def sample_command(cfg, prompt: str, run_dir: Path | None = None, *, as_json: bo
     each under a `--- sample i ---` header; `as_json` prints one JSON object per sample instead.
     A one-line summary goes to `err` in text mode.
     """
-    import json
-
     from .checkpoint import load_model
 
     out = sys.stdout if out is None else out
