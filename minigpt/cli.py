@@ -1,24 +1,18 @@
-"""The command line: train, sample, trace. Thin on purpose: parse, load the config, call, print.
+"""The command line: the Typer app, its commands and their options. Nothing else: each command
+dispatches to its module in minigpt/commands/, imported only when it runs, so `minigpt --help`
+answers without loading torch.
 
-torch is imported inside the commands, so `minigpt --help` answers without loading it.
-A `MinigptError` ends as one line on stderr and exit status 2; anything else is a bug and keeps
-its traceback.
+A command-line mistake (unknown option, a value of the wrong type) ends, like every other user
+error, in one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
-import functools
-import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, List, Optional
+from typing import Annotated, List, Optional
 
 import typer
-
-from .errors import MinigptError
-
-if TYPE_CHECKING:  # the config module is imported by the commands, not at start-up
-    from .config import Config
 
 app = typer.Typer(
     add_completion=False,
@@ -27,9 +21,10 @@ app = typer.Typer(
     help="Train a small GPT on a text file, sample from it, and trace one position through every block.",
 )
 
-CONFIG_HELP = "TOML config shared by train, sample and trace (default: configs/default.toml)."
+CONFIG_HELP = ("TOML config shared by train, sample and trace (default: configs/default.toml; with --run "
+               "alone, the run's own config.toml).")
 SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
-RUN_HELP = "Run folder to load (default: the one the config names, runs/<config name>)."
+RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the run the config names)."
 
 # The options every command shares, declared once.
 ConfigOption = Annotated[Optional[Path], typer.Option("-c", "--config", help=CONFIG_HELP)]
@@ -37,34 +32,7 @@ RunOption = Annotated[Optional[Path], typer.Option("--run", help=RUN_HELP)]
 SetOption = Annotated[Optional[List[str]], typer.Option("--set", help=SET_HELP)]
 
 
-def fail(message: str, code: int = 2) -> None:
-    """One line on stderr, then exit non-zero."""
-    typer.echo(f"minigpt: error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def user_errors(command: Callable) -> Callable:
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except MinigptError as exc:
-            fail(str(exc))
-    return wrapper
-
-
-def load(config: Optional[Path], overrides: Optional[List[str]], **flags) -> Config:
-    """The config file, then --set overrides, then the dedicated flags, which win. Flags come as
-    {"section.key": value} (None: flag not given) and are named in messages as --key-with-dashes."""
-    from .config import load_config
-
-    typed = {name: ("--" + name.partition(".")[2].replace("_", "-"), value)
-             for name, value in flags.items() if value is not None}
-    return load_config(config, overrides or [], typed)
-
-
 @app.command()
-@user_errors
 def train(
     config: ConfigOption = None,
     data: Optional[Path] = typer.Option(None, "--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
@@ -76,24 +44,12 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summaries (for scripts)."),
 ) -> None:
     """Train a model on a text file; write config, tokenizer, checkpoint and metrics to a run folder."""
-    if resume and force:
-        fail("--resume and --force contradict each other; --resume continues a run, --force replaces it")
-    cfg = load(config, overrides,
-               **{"train.data": str(data) if data else None, "train.out": str(out) if out else None,
-                  "train.steps": steps})
-    from .train import run_training
+    from .commands import train as command
 
-    # The same choices, spelled for the follow-up commands the user is told to run.
-    chosen = [*(["-c", str(config)] if config else []), *[a for o in overrides or [] for a in ("--set", o)]]
-    again = [*chosen, *(["--data", str(data)] if data else []), *(["--out", str(out)] if out else []),
-             *(["--steps", str(steps)] if steps is not None else [])]
-    run_training(cfg, resume=resume, force=force, quiet=quiet,
-                 resume_command=shlex.join(["minigpt", "train", *again, "--resume"]),
-                 sample_command=shlex.join(["minigpt", "sample", *chosen, *(["--run", str(out)] if out else [])]))
+    command.main(config, data, out, steps, overrides or [], resume, force, quiet)
 
 
 @app.command()
-@user_errors
 def sample(
     config: ConfigOption = None,
     run: RunOption = None,
@@ -116,24 +72,15 @@ def sample(
 
     A prompt longer than the model's context (the rows of its position table) is refused, never cropped. Past the table, generation continues with a sliding window of the last context tokens, or stops with --no-slide.
     """
-    if prompt is not None and prompt_file is not None:
-        fail("--prompt and --prompt-file were both given; pass the prompt one way")
-    cfg = load(config, overrides,
-               **{"sample.max_new_tokens": max_new_tokens, "sample.temperature": temperature,
-                  "sample.top_k": top_k, "sample.top_p": top_p, "sample.greedy": greedy,
-                  "sample.seed": seed, "sample.num_samples": num_samples, "sample.slide": slide})
-    from .generate import read_prompt_file, sample_command
+    from .commands import sample as command
 
-    # Prompt and stop text are free text: taken as given, not round-tripped through TOML.
-    if stop is not None:
-        cfg.sample.stop = stop
-    text = (read_prompt_file(prompt_file) if prompt_file is not None
-            else prompt if prompt is not None else cfg.sample.prompt)
-    sample_command(cfg, text, run, as_json=as_json, use_cache=kv_cache)
+    options = {"sample.max_new_tokens": max_new_tokens, "sample.temperature": temperature,
+               "sample.top_k": top_k, "sample.top_p": top_p, "sample.greedy": greedy, "sample.seed": seed,
+               "sample.num_samples": num_samples, "sample.slide": slide}
+    command.main(config, run, prompt, prompt_file, options, stop, as_json, overrides or [], kv_cache)
 
 
 @app.command()
-@user_errors
 def trace(
     config: ConfigOption = None,
     run: RunOption = None,
@@ -147,25 +94,14 @@ def trace(
     overrides: SetOption = None,
 ) -> None:
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output."""
-    if (prompt is None) == (ids is None):
-        fail("give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4")
-    from .trace import check_display_options, parse_ids, prompt_ids, render_text, to_json, trace_position
+    from .commands import trace as command
 
-    check_display_options(digits, top)
-    token_ids = parse_ids(ids) if ids is not None else None
-    cfg = load(config, overrides)
-    from .checkpoint import load_model
-
-    model, tokenizer = load_model(cfg, run, device="cpu")
-    if token_ids is None:
-        token_ids = prompt_ids(tokenizer, prompt)
-    result = trace_position(model, tokenizer, token_ids, position=position, block=block, top=top)
-    typer.echo(to_json(result) if as_json else render_text(result, digits=digits))
+    command.main(config, run, prompt, ids, position, block, digits, top, as_json, overrides or [])
 
 
 def main() -> None:
-    """Run the app; a command-line mistake (unknown option, a value of the wrong type) ends, like
-    every other user error, in one line on stderr and exit status 2, not Click's multi-line box."""
+    """Run the app; a command-line mistake ends in one line on stderr and exit status 2, not Click's
+    multi-line box."""
     try:  # Typer >= 0.26 ships its own copy of Click; older releases use Click itself
         from typer._click import exceptions as click_exceptions
     except ImportError:  # pragma: no cover

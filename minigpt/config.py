@@ -60,7 +60,7 @@ class ModelConfig:
     norm: str = _spec("layernorm", "normalisation", choices=("layernorm", "rmsnorm"))
     norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
     activation: str = _spec("relu", "FFN non-linearity", choices=("relu", "gelu", "swiglu"))
-    bias: bool = _spec(True, "biases in the linear layers and the norms")
+    bias: bool = _spec(True, "biases in the linear layers and in LayerNorm (RMSNorm has none)")
     tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
     dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs",
                        choices=("float32", "float64"))
@@ -94,9 +94,9 @@ class TrainConfig:
     log_interval: int = _spec(10, "steps between training-loss records in metrics.jsonl", minimum=1)
     checkpoint_interval: int = _spec(250, "steps between checkpoints (also saved at the end)", minimum=1)
     seed: int = _spec(1337, "seed for initialisation, batches and dropout")
-    device: str = _spec("auto", "where to train; auto picks cuda when present, else cpu",
+    device: str = _spec("auto", "where train, sample and trace compute; auto picks cuda, then mps, else cpu",
                         choices=("auto", "cpu", "cuda", "mps"))
-    threads: int = _spec(0, "CPU threads for torch (0 keeps torch's default)", minimum=0)
+    threads: int = _spec(0, "CPU threads for torch in every command (0 keeps torch's default)", minimum=0)
 
 
 @dataclass
@@ -295,6 +295,25 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         cfg.source = f"{where} with --set {' '.join(overrides)}"
     _cross_checks(cfg)
     return cfg
+
+
+def model_config_from(stored: Any, where: str) -> ModelConfig:
+    """The [model] section a checkpoint stores, checked key by key like a config file, so a model
+    is only ever built from what it was trained as: no key may be missing, unknown or out of range."""
+    if not isinstance(stored, dict):
+        raise ConfigError(f"{where} holds no [model] section; it cannot say what model it is, so it is "
+                          f"refused: retrain it with this version of minigpt")
+    known = [f.name for f in fields(ModelConfig)]
+    missing = [k for k in known if k not in stored]
+    if missing:
+        raise ConfigError(f"{where}: its [model] section lacks {', '.join(missing)}; it cannot say what model "
+                          f"it is, so it is refused: retrain it with this version of minigpt")
+    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for key, value in stored.items():
+        _apply(values, "model", key, value, where, Path.cwd())
+    model = ModelConfig(**values["model"])
+    _cross_checks(Config(model, TokenizerConfig(kind="byte"), TrainConfig(), SampleConfig(), source=where))
+    return model
 
 
 def model_section_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

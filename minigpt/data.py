@@ -2,8 +2,10 @@
 
 The text is read as strict UTF-8, split into a training head and a contiguous validation tail
 (`val_fraction` of the characters), the tokenizer is fitted to the head only, and both splits are
-encoded with the library's batch encoder. Ids are cached as .npy files keyed by the file's sha256
-and the tokenizer settings, then memory-mapped, so a second run on the same text starts at once.
+encoded with the library's batch encoder. Ids are cached as .npy files (uint16 for vocabularies up
+to 65,536) keyed by the file's sha256 and the tokenizer settings, then memory-mapped, so a second
+run on the same text starts at once; batches are gathered from the mapped ids and widened to int64
+per batch, so memory does not grow with the text.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import atomic_write, atomic_write_text
 from .config import Config
 from .errors import MinigptError
+from .io import atomic_write, atomic_write_text
+from .model import check_token_ids
 from .tokenizer import TextTokenizer, train_tokenizer
 
 CACHE_FORMAT = 1  # bump when the cached files' meaning changes
@@ -123,6 +126,8 @@ def load_corpus(cfg: Config, on_status=lambda message: None) -> Corpus:
     corpus = Corpus(tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")),
                     len(val_text.encode("utf-8")), sha, path)
     _check_long_enough(corpus, cfg.model.context)
+    for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
+        check_token_ids(ids, tokenizer.vocab_size)
     return corpus
 
 
@@ -136,15 +141,17 @@ def _check_long_enough(corpus: Corpus, context: int) -> None:
 
 
 class Batches:
-    """Random windows of context + 1 tokens (inputs and next-token targets) from one split."""
+    """Random windows of context + 1 tokens (inputs and next-token targets) from one split. The ids
+    stay as they are (a memory-mapped uint16 array); only each batch is gathered and widened."""
 
     def __init__(self, ids: np.ndarray, context: int, batch_size: int, device: str = "cpu"):
-        self.ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))
-        self.offsets = torch.arange(context + 1)
+        self.ids = ids
+        self.offsets = np.arange(context + 1)
         self.context, self.batch_size, self.device = context, batch_size, device
 
     def windows(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w = self.ids[starts.unsqueeze(1) + self.offsets]
+        rows = starts.numpy()[:, None] + self.offsets  # [B, context + 1] positions in the split
+        w = torch.from_numpy(self.ids[rows].astype(np.int64))
         x, y = w[:, :-1], w[:, 1:]
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 

@@ -14,25 +14,19 @@ book's Mini GPT does. No forward pass ever sees more than `context` positions.
 Pieces, from pure to plumbing:
     filter_logits, next_token_distribution, choose     one step's distribution and choice
     generate -> Generation                              iterate Steps; then `.stop_reason`
-    sample_command                                      what `minigpt sample` runs
-    bench_sampling                                      tokens/s with and without the KV cache
+    CompletionText                                      streaming decode and stop text
+The command that prints (commands/sample.py) and the benchmark (scripts/bench.py) live elsewhere.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-from .device import pick_device, use_threads
-from .errors import MinigptError
-from .model import KVCache, MiniGPT, context_refusal
+from .model import KVCache, MiniGPT, check_context, check_token_ids
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,14 +69,6 @@ def choose(logits: Tensor, probs: Tensor, greedy: bool, generator: torch.Generat
     if greedy:
         return logits.argmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-
-def check_prompt_fits(n_tokens: int, context: int) -> None:
-    """Refuse a prompt the position table cannot hold; cropping it silently would hide the problem."""
-    if n_tokens > context:
-        raise context_refusal(n_tokens, context, "the prompt",
-                              "shorten the prompt (e.g. keep its end; it is never cropped), or train a model "
-                              "with a larger [model] context")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,8 +143,11 @@ def generate(model: MiniGPT, prompt_ids: Sequence[int] | Tensor, max_new_tokens:
         raise ValueError(f"prompt_ids must be a non-empty [T] or [B, T] sequence, got shape {list(prompt.shape)}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be at least 0, got {max_new_tokens}")
-    check_prompt_fits(prompt.shape[1], model.context)
-    model.check_ids(prompt)  # ids outside the vocabulary are refused before any work
+    # Refused, never cropped: cropping silently would hide the problem.
+    check_context(prompt.shape[1], model.context, "the prompt",
+                  "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a "
+                  "larger [model] context")
+    check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
     return Generation(model, prompt.contiguous(), max_new_tokens, temperature, top_k, top_p, greedy,
                       generator, use_cache, slide)
 
@@ -205,173 +194,3 @@ class CompletionText:
         end = len(self.text) - held
         out, self.shown = self.text[self.shown:end], max(self.shown, end)
         return out
-
-
-# ----------------------------------------------------------------------------------------------
-# the command
-
-@dataclass
-class SampleResult:
-    prompt: str
-    prompt_ids: list[int]
-    completion: str
-    token_ids: list[int]
-    token_probs: list[float]
-    stop_reason: str
-    seconds: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
-
-    def to_json(self, sample: int) -> dict:
-        return {"sample": sample, "prompt": self.prompt, "completion": self.completion,
-                "prompt_ids": self.prompt_ids, "token_ids": self.token_ids,
-                "token_probs": [round(p, 6) for p in self.token_probs], "stop_reason": self.stop_reason,
-                "new_tokens": len(self.token_ids), "seconds": round(self.seconds, 6),
-                "tokens_per_second": round(self.tokens_per_second, 2)}
-
-
-def read_prompt_file(path: Path) -> str:
-    path = Path(path)
-    if not path.exists():
-        raise MinigptError(f"prompt file {path} does not exist; pass an existing UTF-8 text file")
-    if path.is_dir():
-        raise MinigptError(f"prompt file {path} is a directory; pass a UTF-8 text file")
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MinigptError(f"prompt file {path} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
-                           f"{exc.start}); save it as UTF-8") from None
-
-
-def sample_command(cfg, prompt: str, run_dir: Path | None = None, *, as_json: bool = False,
-                   use_cache: bool = True, out: TextIO | None = None,
-                   err: TextIO | None = None) -> list[SampleResult]:
-    """`minigpt sample`: load the run the config names, continue `prompt` as `cfg.sample` says.
-
-    One sample streams to `out` as it is produced (prompt first); several are printed when done,
-    each under a `--- sample i ---` header; `as_json` prints one JSON object per sample instead.
-    A one-line summary goes to `err` in text mode.
-    """
-    from .checkpoint import load_model
-
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    s = cfg.sample
-    use_threads(cfg.train.threads)
-    model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
-    text = prompt if prompt else "\n"
-    prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(s.seed)
-    generation = generate(model, prompt_ids, s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,
-                          top_p=s.top_p, greedy=s.greedy, generator=generator, num_samples=s.num_samples,
-                          use_cache=use_cache, slide=s.slide)
-    samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
-    stream = s.num_samples == 1 and not as_json
-
-    def write(piece: str) -> None:
-        if piece:
-            out.write(piece)
-            out.flush()
-
-    if stream:
-        write(text)
-    start = time.perf_counter()
-    for step in generation:
-        ids, probs = step.tokens.tolist(), step.probs.tolist()
-        now = None
-        for sample, token_id, prob in zip(samples, ids, probs):
-            if sample.stopped:
-                continue
-            piece = sample.push(token_id, prob)
-            if stream:
-                write(piece)
-            if sample.stopped:
-                sample.finished_at = now = now or time.perf_counter()
-        if all(sample.stopped for sample in samples):
-            break
-    end = time.perf_counter()
-
-    results = []
-    for sample in samples:
-        tail = sample.finish()
-        if stream:
-            write(tail)
-        reason = "stop_text" if sample.stopped else generation.stop_reason
-        results.append(SampleResult(text, list(prompt_ids), sample.text, sample.ids, sample.probs, reason,
-                                    (sample.finished_at or end) - start))
-
-    if as_json:
-        for i, result in enumerate(results, 1):
-            write(json.dumps(result.to_json(i), ensure_ascii=False) + "\n")
-        return results
-    if stream:
-        write("" if (text + results[0].completion).endswith("\n") else "\n")
-    else:
-        for i, result in enumerate(results, 1):
-            whole = text + result.completion
-            write(f"--- sample {i} ---\n{whole}{'' if whole.endswith(chr(10)) else chr(10)}")
-    total = sum(len(r.token_ids) for r in results)
-    reasons = ", ".join(dict.fromkeys(r.stop_reason for r in results))
-    note = (f" (the text fills the {model.context}-row position table; drop --no-slide to continue "
-            f"with a sliding window)" if "context_limit" in reasons else "")
-    err.write(f"minigpt: {len(results)} sample{'s' if len(results) > 1 else ''}, {total} new tokens in "
-              f"{end - start:.2f} s ({total / (end - start) if end > start else 0.0:.1f} tokens/s); "
-              f"stopped: {reasons}{note}\n")
-    err.flush()
-    return results
-
-
-# ----------------------------------------------------------------------------------------------
-# benchmark
-
-def _timed_tokens(model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int,
-                  use_cache: bool) -> tuple[list[int], float]:
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    generation = generate(model, prompt_ids, new_tokens, temperature=1.0, generator=generator,
-                          use_cache=use_cache, slide=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    tokens = [step.tokens for step in generation]
-    ids = torch.cat(tokens).tolist() if tokens else []  # one sync at the end, as a consumer would
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return ids, time.perf_counter() - start
-
-
-def bench_sampling(model: MiniGPT, tokenizer, new_tokens: int = 1000, prompt: str = "\n",
-                   seed: int = 1337, warmup_tokens: int = 16, repeats: int = 3) -> dict:
-    """Sampling speed at batch 1: `new_tokens` tokens (temperature 1, sliding window past the
-    table) with the KV cache and with full recompute, in the same process on the same model; the
-    best of `repeats` alternating runs of each.
-
-    Returns {"new_tokens", "context", "device", "dtype", "with_kv_cache_tokens_per_s",
-    "without_kv_cache_tokens_per_s", "speedup", "same_tokens"}. Past the table every step is a full
-    recompute of `context` positions in both modes, so the cache only speeds up the first
-    `context - len(prompt)` tokens; `speedup` says what that is worth over `new_tokens`.
-    """
-    model.eval()
-    prompt_ids = tokenizer.encode(prompt if prompt else "\n")
-    for use_cache in (True, False):  # warm up kernels and allocator outside the clock
-        _timed_tokens(model, prompt_ids, min(warmup_tokens, new_tokens), seed, use_cache)
-    # Alternate the two modes and keep each one's fastest run, so a passing load on the machine
-    # does not land on one mode only.
-    runs = {True: [], False: []}
-    for _ in range(repeats):
-        for use_cache in (True, False):
-            runs[use_cache].append(_timed_tokens(model, prompt_ids, new_tokens, seed, use_cache))
-    (cached_ids, cached_s), (plain_ids, plain_s) = (min(runs[mode], key=lambda r: r[1]) for mode in (True, False))
-    with_cache = new_tokens / cached_s if cached_s > 0 else 0.0
-    without_cache = new_tokens / plain_s if plain_s > 0 else 0.0
-    parameter = next(model.parameters())
-    return {"new_tokens": new_tokens, "context": model.context, "device": str(parameter.device),
-            "dtype": str(parameter.dtype).removeprefix("torch."),
-            "with_kv_cache_tokens_per_s": round(with_cache, 1),
-            "without_kv_cache_tokens_per_s": round(without_cache, 1),
-            "speedup": round(with_cache / without_cache, 3) if without_cache else None,
-            "same_tokens": cached_ids == plain_ids}

@@ -8,9 +8,12 @@
     logits = final_norm(x) W_head
 
 Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
-A `Recorder` passed to `forward` records every named stage of this same pass; there is no second
-implementation for the trace to drift from. Without a recorder attention takes the fused
-scaled-dot-product kernel; with one it computes the weights explicitly so they can be shown.
+A `Recorder` passed to `forward` records every named stage of this same pass as it is computed;
+there is no second implementation for the trace to drift from. Without a recorder attention takes
+the fused scaled-dot-product kernel; with one it computes the weights explicitly so they can be shown.
+
+The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
+ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .errors import MinigptError
 
-# The seven stages of a block, in the order they are computed.
+# The seven stages of a block, in the order `Block.forward` computes and records them.
 PRE_NORM_STAGES = ("norm1", "attention", "residual1", "norm2", "hidden", "ffn", "output")
 # Post-norm (chapter 17.6) computes the same kinds of value in another order; `residual2` is the
 # second sum before LN2, and `output` is LN2 of it (the same values as `norm2`).
 POST_NORM_STAGES = ("attention", "residual1", "norm1", "hidden", "ffn", "residual2", "norm2", "output")
+STAGES = {"pre": PRE_NORM_STAGES, "post": POST_NORM_STAGES}
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -37,16 +41,30 @@ class ContextTooLongError(MinigptError):
     """A sequence needs a position row the learned table does not have."""
 
 
-def context_refusal(length: int, context: int, what: str = "the sequence", advice: str = "") -> ContextTooLongError:
-    """The one refusal for anything longer than the position table, whoever notices it first."""
-    return ContextTooLongError(
-        f"{what} has {length} tokens but the position table has {context} rows ([model] context = {context}); "
-        f"the model has no row for position {context} and will not invent one, so use at most {context} tokens"
-        + (f": {advice}" if advice else ""))
+def check_context(length: int, context: int, what: str = "the sequence", advice: str = "") -> None:
+    """The one refusal for anything longer than the position table, whoever notices it first
+    (forward, sampling, trace), so it reads the same wherever it is raised."""
+    if length > context:
+        raise ContextTooLongError(
+            f"{what} has {length} tokens but the position table has {context} rows ([model] context = {context}); "
+            f"the model has no row for position {context} and will not invent one, so use at most {context} tokens"
+            + (f": {advice}" if advice else ""))
 
 
 class TokenOutOfRangeError(MinigptError):
     """A token id outside [0, vocab_size)."""
+
+
+def check_token_ids(ids, vocab_size: int) -> None:
+    """Refuse ids outside the vocabulary where they enter (a prompt, trace ids, a corpus), once,
+    so the forward pass itself never has to look at their values. `ids`: a list, tensor or array."""
+    if len(ids) == 0:
+        return
+    low, high = (int(ids.min()), int(ids.max())) if hasattr(ids, "min") else (min(ids), max(ids))
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise TokenOutOfRangeError(f"token id {bad} is not in the vocabulary: this model has {vocab_size} "
+                                   f"tokens, ids 0..{vocab_size - 1}; use ids the tokenizer produced")
 
 
 class ResidualShapeError(ValueError):
@@ -55,14 +73,16 @@ class ResidualShapeError(ValueError):
 
 class Recorder:
     """Named stages of one forward pass: `input`, `blocks.{i}.{stage}`, `blocks.{i}.attention_weights`,
-    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached."""
+    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached, in the order computed."""
 
     def __init__(self, prefix: str = "", stages: dict[str, Tensor] | None = None):
         self.prefix = prefix
         self.stages: dict[str, Tensor] = {} if stages is None else stages
 
-    def record(self, name: str, value: Tensor) -> None:
+    def record(self, name: str, value: Tensor) -> Tensor:
+        """Keep `value` under `name` and hand it back, so the forward pass reads `x = tap(name, f(...))`."""
         self.stages[self.prefix + name] = value.detach()
+        return value
 
     def scoped(self, prefix: str) -> "Recorder":
         """A view that writes into the same dict under `prefix.`"""
@@ -101,9 +121,10 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm(x)_i = g_i x_i / sqrt(mean(x^2) + eps): rescales without subtracting the mean."""
+    """RMSNorm(x)_i = g_i x_i / sqrt(mean(x^2) + eps): rescales without subtracting the mean, and
+    has no bias by definition (so `[model] bias` does not apply to it)."""
 
-    def __init__(self, width: int, eps: float, bias: bool = True):
+    def __init__(self, width: int, eps: float):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(width))
@@ -113,8 +134,9 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
-    kind = LayerNorm if cfg.norm == "layernorm" else RMSNorm
-    return kind(cfg.n_embd, cfg.norm_eps, cfg.bias)
+    if cfg.norm == "layernorm":
+        return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias)
+    return RMSNorm(cfg.n_embd, cfg.norm_eps)
 
 
 class LayerCache:
@@ -162,30 +184,29 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None) -> Tensor:
-        B, T, C = x.shape
-        # split: [B, T, C] -> [B, H, T, d]; head h reads coordinates h*d .. (h+1)*d - 1
+        B, T, C = x.shape  # batch, new positions, width
+        # qkv: [B, T, 3C]; split into heads: [B, T, C] -> [B, H, T, d], head h reads coordinates h*d .. (h+1)*d - 1
         q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2)
                    for t in self.qkv(x).split(C, dim=2))
         past = 0
         if cache is not None:
             past = cache.length
-            k, v = cache.extend(k, v)
+            k, v = cache.extend(k, v)  # [B, H, S, d]: the cached keys and values, then these T
         S = k.shape[2]  # keys visible in total: the cached ones plus these T
         p = self.dropout if self.training else 0.0
         if recorder is None:
             if past == 0:
-                mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)
+                mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)  # [B, H, T, d]
             else:
                 mask = None if T == 1 else _causal_mask(T, S, past, x.device)
                 mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_width)  # [B, H, T, S]
             scores = scores.masked_fill(~_causal_mask(T, S, past, x.device), float("-inf"))
-            weights = torch.softmax(scores, dim=-1)
-            recorder.record("attention_weights", weights)
-            mixed = F.dropout(weights, p, self.training) @ v
+            weights = recorder.record("attention_weights", torch.softmax(scores, dim=-1))  # [B, H, T, S]
+            mixed = F.dropout(weights, p, self.training) @ v  # [B, H, T, d]
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
-        return F.dropout(self.out(joined), p, self.training)
+        return F.dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
 
 
 def _causal_mask(T: int, S: int, past: int, device) -> Tensor:
@@ -219,6 +240,10 @@ class FeedForward(nn.Module):
         return F.dropout(self.W2(hidden), self.dropout, self.training)
 
 
+def _untapped(name: str, value: Tensor) -> Tensor:
+    return value
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -229,27 +254,26 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg)
 
     def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None) -> Tensor:
-        stage = {}
+        """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
+        recorded order is the computation order, which PRE_NORM_STAGES / POST_NORM_STAGES name."""
+        tap = recorder.record if recorder is not None else _untapped
         if self.pre_norm:  # chapter 17.5
-            stage["norm1"] = norm1 = self.norm1(x)
-            stage["attention"] = attention = self.attention(norm1, recorder, cache)
-            stage["residual1"] = residual1 = residual(x, attention)
-            stage["norm2"] = norm2 = self.norm2(residual1)
-            stage["hidden"] = hidden = self.ffn.hidden(norm2)
-            stage["ffn"] = ffn = self.ffn.project(hidden)
-            stage["output"] = output = residual(residual1, ffn)
-        else:  # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-            stage["attention"] = attention = self.attention(x, recorder, cache)
-            stage["residual1"] = residual1 = residual(x, attention)
-            stage["norm1"] = norm1 = self.norm1(residual1)
-            stage["hidden"] = hidden = self.ffn.hidden(norm1)
-            stage["ffn"] = ffn = self.ffn.project(hidden)
-            stage["residual2"] = residual2 = residual(norm1, ffn)
-            stage["norm2"] = stage["output"] = output = self.norm2(residual2)
-        if recorder is not None:
-            for name, value in stage.items():
-                recorder.record(name, value)
-        return output
+            norm1 = tap("norm1", self.norm1(x))                                   # [B, T, C]
+            attention = tap("attention", self.attention(norm1, recorder, cache))  # [B, T, C]
+            residual1 = tap("residual1", residual(x, attention))                  # [B, T, C]
+            norm2 = tap("norm2", self.norm2(residual1))                           # [B, T, C]
+            hidden = tap("hidden", self.ffn.hidden(norm2))                        # [B, T, F]
+            ffn = tap("ffn", self.ffn.project(hidden))                            # [B, T, C]
+            return tap("output", residual(residual1, ffn))                        # [B, T, C]
+        # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
+        attention = tap("attention", self.attention(x, recorder, cache))          # [B, T, C]
+        residual1 = tap("residual1", residual(x, attention))                      # [B, T, C]
+        norm1 = tap("norm1", self.norm1(residual1))                               # [B, T, C]
+        hidden = tap("hidden", self.ffn.hidden(norm1))                            # [B, T, F]
+        ffn = tap("ffn", self.ffn.project(hidden))                                # [B, T, C]
+        residual2 = tap("residual2", residual(norm1, ffn))                        # [B, T, C]
+        norm2 = tap("norm2", self.norm2(residual2))                               # [B, T, C]
+        return tap("output", norm2)  # post-norm's output is LN2's: the same values as norm2
 
 
 class MiniGPT(nn.Module):
@@ -286,18 +310,6 @@ class MiniGPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def check_ids(self, ids: Tensor, start: int = 0) -> None:
-        """Refuse what the tables cannot represent, before any row is read."""
-        end = start + ids.shape[1]
-        if end > self.context:
-            what = f"the sequence ({start} cached + {ids.shape[1]} new)" if start else "the sequence"
-            raise context_refusal(end, self.context, what)
-        outside = ids[(ids < 0) | (ids >= self.vocab_size)]
-        if outside.numel():
-            raise TokenOutOfRangeError(f"token id {int(outside[0])} is not in the vocabulary: this model has "
-                                       f"{self.vocab_size} tokens, ids 0..{self.vocab_size - 1}; use ids the "
-                                       f"tokenizer produced")
-
     def forward(self, ids: Tensor, targets: Tensor | None = None, recorder: Recorder | None = None,
                 cache: KVCache | None = None, last_only: bool = False) -> tuple[Tensor, Tensor | None]:
         """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given.
@@ -306,21 +318,18 @@ class MiniGPT(nn.Module):
         if last_only and targets is not None:
             raise ValueError("last_only computes one position's logits; the loss needs all of them")
         start = cache.length if cache is not None else 0
-        self.check_ids(ids, start)
         T = ids.shape[1]
+        # A shape check, no host sync: the position table has no row past `context`.
+        check_context(start + T, self.context, f"the sequence ({start} cached + {T} new)" if start else "the sequence")
+        tap = recorder.record if recorder is not None else _untapped
         positions = torch.arange(start, start + T, device=ids.device)
-        x = self.token_table(ids) + self.position_table(positions)
-        x = F.dropout(x, self.cfg.dropout, self.training)
-        if recorder is not None:
-            recorder.record("input", x)
+        x = self.token_table(ids) + self.position_table(positions)  # [B, T, C] + [T, C]
+        x = tap("input", F.dropout(x, self.cfg.dropout, self.training))
         for i, block in enumerate(self.blocks):
             x = block(x, recorder.scoped(f"blocks.{i}") if recorder is not None else None,
                       cache.layers[i] if cache is not None else None)
-        final = self.final_norm(x[:, -1:] if last_only else x)
-        logits = self.head(final)
-        if recorder is not None:
-            recorder.record("final_norm", final)
-            recorder.record("logits", logits)
+        final = tap("final_norm", self.final_norm(x[:, -1:] if last_only else x))  # [B, T or 1, C]
+        logits = tap("logits", self.head(final))                                   # [B, T or 1, V]
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -1,33 +1,35 @@
-"""The training loop: AdamW, warmup + cosine schedule, evaluation, progress, checkpoints, resume.
+"""The trainer: schedule, accumulation, clipping, the optimizer step and evaluation, emitting events.
+
+    session = start(cfg, resume=..., force=...)   validate, build, create the run folder
+    trainer = Trainer(session, listeners)          listeners: metrics log, checkpoints, progress, ...
+    result = trainer.run()                         StepDone / EvalDone / CheckpointDue / StopRequested
+
+`Trainer.train_step` is one optimizer step, the unit scripts/bench.py times. Nothing here prints or
+exits: the command layer (commands/train.py) talks to the user and handles Ctrl-C by calling
+`Trainer.request_stop`, which the loop honours at the next step boundary.
 
 Exact resume: a checkpoint is only ever taken at a step boundary and holds the model, the optimizer,
-the step and every RNG state (the batch generator included). Ctrl-C sets a flag that the loop reads
-between steps, so an interrupted run saves the same state an uninterrupted one passes through, and
-resuming on the CPU in float32 ends with bitwise identical weights.
+the step and every RNG state (the batch generator included), so an interrupted and resumed run on
+the CPU in float32 ends with bitwise identical weights.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
-import shutil
-import signal
-import sys
 import time
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
 
-from . import checkpoint as ckpt
-from .config import Config, model_section_differences
+from . import run as run_folder
+from .config import Config
 from .data import Batches, Corpus, load_corpus
 from .device import pick_device, use_threads
-from .errors import MinigptError
+from .events import CheckpointDue, EvalDone, Listener, StepDone, StopRequested
 from .model import MiniGPT
 
 
@@ -84,7 +86,7 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float) -> dict[str,
 def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int) -> float:
     """Time one forward and backward pass (after one untimed warm-up) on a validation batch and scale
     it to the run. Leaves no trace: gradients are cleared and the RNG state is restored, so a run
-    that prints an estimate computes exactly what one that does not (`--quiet`) computes."""
+    that shows an estimate computes exactly what one that does not (`--quiet`) computes."""
     x, y = batch
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
         seconds = 0.0
@@ -98,160 +100,47 @@ def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int) -> float:
     return seconds * (steps * tc.grad_accum + evaluations * tc.eval_batches / 3)
 
 
-class StopFlag:
-    """Ctrl-C asks the loop to stop at the next step boundary; a second Ctrl-C stops at once."""
+# ---------------------------------------------------------------- a training session
 
-    def __init__(self):
-        self.requested = False
+@dataclass
+class Session:
+    """Everything one run trains with, validated and built; `step` is where it starts."""
+    cfg: Config
+    corpus: Corpus
+    device: str
+    model: MiniGPT
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator  # draws the training batches
+    train_batches: Batches
+    val_windows: list
+    step: int = 0
+    resumed: bool = False
+    notes: list[str] = field(default_factory=list)  # things worth telling the user, said by the command
 
-    @contextmanager
-    def installed(self):
-        def handler(signum, frame):
-            if self.requested:
-                raise KeyboardInterrupt
-            self.requested = True
-        try:
-            previous = signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
-            yield self
-            return
-        try:
-            yield self
-        finally:
-            signal.signal(signal.SIGINT, previous)
+    @property
+    def tokens_per_step(self) -> int:
+        tc = self.cfg.train
+        return tc.batch_size * tc.grad_accum * self.cfg.model.context
 
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.cfg.train.steps
 
-def _say(quiet: bool, message: str) -> None:
-    if not quiet:
-        print(message, file=sys.stderr, flush=True)
+    def hashes(self) -> dict[str, str]:
+        return {"config": run_folder.config_hash(run_folder.training_identity(self.cfg)),
+                "tokenizer": self.corpus.tokenizer.fingerprint(), "corpus": self.corpus.sha256}
 
-
-@contextmanager
-def _transient_status(quiet: bool, message: str):
-    """Say what a slow step is doing on a terminal, then erase the line, so that what stays on the
-    screen (a refusal above all) is unchanged. Off a terminal nothing is written."""
-    show = not quiet and sys.stderr.isatty()
-    if show:
-        sys.stderr.write(message + "\r")
-        sys.stderr.flush()
-    try:
-        yield
-    finally:
-        if show:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+    def checkpoint(self, step: int) -> dict[str, Any]:
+        """What a checkpoint at `step` holds: enough to continue bitwise where it stopped."""
+        state = run_folder.model_payload(self.cfg, self.model)
+        state.update(optimizer=self.optimizer.state_dict(), step=step, rng=rng_states(self.generator),
+                     hashes=self.hashes(), identity=run_folder.training_identity(self.cfg))
+        return state
 
 
-def _format_seconds(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-def _prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
-    """Refuse to overwrite or to resume nothing, and prove the folder can be written, before any
-    expensive work and before anything is written."""
-    try:
-        _check_run_dir(run_dir, resume, force)
-    except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
-        raise MinigptError(f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out") from None
-
-
-def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
-    has_run = run_dir.is_dir() and any(run_dir.iterdir())
-    if resume and not (run_dir / ckpt.CHECKPOINT_FILE).is_file():
-        raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
-    if has_run and not resume and not force:
-        raise MinigptError(f"run folder {run_dir} already holds a run; pass --resume to continue it, "
-                           f"--force to replace it, or --out to choose another folder")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError(f"run folder {run_dir} is a file; choose another --out")
-    probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
-    if not probe.is_dir() or not _writable(probe):
-        raise MinigptError(f"run folder {run_dir} cannot be written ({probe} is not writable); choose another --out")
-
-
-def _create_run_dir(run_dir: Path, force: bool, config_text: str, tokenizer_text: str) -> None:
-    """Make (or, with --force, replace) the run folder and write what never changes during the run.
-    A failure here removes what it made, so no half-written run is left behind."""
-    created = not run_dir.exists()
-    try:
-        if force and not created:
-            shutil.rmtree(run_dir)
-            created = True
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.atomic_write_text(run_dir / ckpt.CONFIG_FILE, config_text)
-        ckpt.atomic_write_text(run_dir / ckpt.TOKENIZER_FILE, tokenizer_text)
-    except OSError as exc:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise MinigptError(f"run folder {run_dir} cannot be written ({exc.strerror or exc}); "
-                           f"choose another --out") from None
-
-
-def _writable(folder: Path) -> bool:
-    return os.access(folder, os.W_OK | os.X_OK)
-
-
-def _check_resume(payload: dict[str, Any], cfg: Config, corpus: Corpus) -> None:
-    stored = payload["identity"]
-    now = ckpt.training_identity(cfg)
-    if ckpt.config_hash(now) != payload["hashes"]["config"]:
-        diffs = [f"[{s}] {d}" for s in now for d in model_section_differences(now[s], stored.get(s, {}))]
-        advice = "resume with the same config file, --set values and flags"
-        if [d for d in diffs if not d.startswith("[train] steps:")] == []:
-            advice = ("a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
-                      "run cannot be lengthened; train a new run with more --steps (--force or another --out)")
-        raise MinigptError(f"--resume refused: the config differs from the checkpoint's "
-                           f"({'; '.join(diffs)} (now != checkpoint)); {advice}")
-    if corpus.tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
-        raise MinigptError("--resume refused: the tokenizer differs from the one the checkpoint was trained "
-                           "with (tokenizer.json hash changed); start a new run with --force or another --out")
-    if corpus.sha256 != payload["hashes"]["corpus"]:
-        raise MinigptError(f"--resume refused: the corpus {corpus.path} differs from the one the checkpoint was "
-                           f"trained on (sha256 {corpus.sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
-                           f"resume with the original text")
-
-
-class MetricsLog:
-    """metrics.jsonl: one JSON object per line, flushed as written, so a crash loses at most a line."""
-
-    def __init__(self, path: Path, keep_through_step: int | None):
-        self.path = path
-        if keep_through_step is not None and path.exists():
-            # A run that crashed after its last checkpoint logged steps the resume will redo.
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= keep_through_step]
-            ckpt.atomic_write_text(path, "".join(line + "\n" for line in kept))
-        self.file = open(path, "a", encoding="utf-8")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
-def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: bool = False,
-                 resume_command: str = "minigpt train --resume",
-                 sample_command: str = "minigpt sample") -> dict[str, Any]:
-    """Train as `cfg` says and return the final metrics. Writes the run folder `cfg.run_dir`.
-    The two commands are shown to the user: how to resume after Ctrl-C, how to sample when done."""
+def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None) -> Session:
+    """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given."""
     tc = cfg.train
-    run_dir = cfg.run_dir
-    _prepare_run_dir(run_dir, resume, force)
-    payload = ckpt.load_checkpoint(run_dir / ckpt.CHECKPOINT_FILE) if resume else None
-    if payload is not None:
-        ckpt.check_model_matches(cfg, payload, run_dir)
-
-    notes: list[str] = []  # shown once every check has passed, so a refusal stays one line
-    with _transient_status(quiet, f"preparing {cfg.train.data} (tokenizer and token ids) ..."):
-        corpus = load_corpus(cfg, on_status=notes.append)
-    if payload is not None:
-        _check_resume(payload, cfg, corpus)
-
-    device = pick_device(tc.device)
-    use_threads(tc.threads)
     torch.manual_seed(tc.seed)
     model = MiniGPT(cfg.model, corpus.tokenizer.vocab_size).to(device)
     optimizer = make_optimizer(model, tc)
@@ -262,98 +151,133 @@ def run_training(cfg: Config, resume: bool = False, force: bool = False, quiet: 
         optimizer.load_state_dict(payload["optimizer"])
         restore_rng_states(payload["rng"], generator)
         step = payload["step"]
-    hashes = {"config": ckpt.config_hash(ckpt.training_identity(cfg)),
-              "tokenizer": corpus.tokenizer.fingerprint(), "corpus": corpus.sha256}
+    train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device)
+    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device).fixed(tc.eval_batches)
+    return Session(cfg, corpus, device, model, optimizer, generator, train_batches, val_windows, step,
+                   resumed=payload is not None)
+
+
+def start(cfg: Config, resume: bool = False, force: bool = False,
+          preparing: Callable[[str], ContextManager] = lambda message: nullcontext()) -> Session:
+    """Check everything, then build the session and create (or reopen) the run folder `cfg.run_dir`
+    with a loadable checkpoint in it. Nothing is written before every check has passed.
+    `preparing(message)` wraps the slow corpus preparation (the command shows it on a terminal)."""
+    tc = cfg.train
+    run_dir = cfg.run_dir
+    run_folder.check_writable(run_dir, resume, force)
+    payload = run_folder.load_checkpoint(run_dir / run_folder.CHECKPOINT_FILE) if resume else None
+    if payload is not None:
+        run_folder.check_model_matches(cfg, payload, run_dir)
+
+    notes: list[str] = []
+    with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
+        corpus = load_corpus(cfg, on_status=notes.append)
+    if payload is not None:
+        run_folder.check_resume(payload, cfg, corpus.tokenizer, corpus.sha256, corpus.path)
+
+    device = pick_device(tc.device)
+    use_threads(tc.threads)
+    session = build(cfg, corpus, device, payload)
+    session.notes = notes
 
     # Everything is validated: only now is the run folder created or replaced.
     if payload is None:
-        _create_run_dir(run_dir, force, cfg.to_toml(), corpus.tokenizer.to_str())
+        run_folder.create(run_dir, force, cfg, corpus.tokenizer)
+        run_folder.save_checkpoint(run_dir / run_folder.CHECKPOINT_FILE, session.checkpoint(0))
     if cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
         notes.append(f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
                      f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge")
     if tc.warmup_steps >= tc.steps:
         notes.append(f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "
                      f"rate never reaches learning_rate = {tc.learning_rate} (set train.warmup_steps lower)")
+    return session
 
-    train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device)
-    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device).fixed(tc.eval_batches)
-    tokens_per_step = tc.batch_size * tc.grad_accum * cfg.model.context
 
-    def save(at_step: int) -> None:
-        state = ckpt.model_payload(cfg, model)
-        state.update(optimizer=optimizer.state_dict(), step=at_step, rng=rng_states(generator),
-                     hashes=hashes, identity=ckpt.training_identity(cfg))
-        ckpt.save_checkpoint(run_dir / ckpt.CHECKPOINT_FILE, state)
+# ---------------------------------------------------------------- the loop
 
-    if payload is None:
-        save(0)  # a run folder always holds a loadable checkpoint
-    if step >= tc.steps:
-        _say(quiet, f"run in {run_dir} already finished {step} steps; nothing to do")
-        return {"step": step}
+class CheckpointSaver(Listener):
+    """Writes the session's checkpoint into its run folder whenever one is due."""
 
-    for note in notes:
-        _say(quiet, note)
-    if not quiet:
-        estimate = _format_seconds(estimate_seconds(model, val_windows[0], tc, tc.steps - step))
-        _say(quiet, f"minigpt train: {model.num_parameters():,} parameters, {len(corpus.train_ids):,} train / "
-                    f"{len(corpus.val_ids):,} val tokens ({corpus.tokenizer.vocab_size} ids), {tokens_per_step:,} "
-                    f"tokens/step, steps {step}->{tc.steps} on {device}, about {estimate}; run folder {run_dir}")
+    def __init__(self, session: Session):
+        self.session = session
 
-    metrics = MetricsLog(run_dir / ckpt.METRICS_FILE, keep_through_step=step if payload is not None else None)
-    stop = StopFlag()
-    from tqdm import tqdm
+    def on_checkpoint(self, event: CheckpointDue) -> None:
+        path = self.session.cfg.run_dir / run_folder.CHECKPOINT_FILE
+        run_folder.save_checkpoint(path, self.session.checkpoint(event.step))
 
-    bar = tqdm(total=tc.steps, initial=step, disable=quiet, unit="step", dynamic_ncols=True,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
-    started, start_step = time.perf_counter(), step
-    last_val = None
-    model.train()
-    try:
-        with stop.installed():
-            while step < tc.steps:
-                lr = learning_rate(step, tc)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                total = 0.0
-                for _ in range(tc.grad_accum):
-                    x, y = train_batches.sample(generator)
-                    _, loss = model(x, y)
-                    (loss / tc.grad_accum).backward()
-                    total += loss.item() / tc.grad_accum
-                if tc.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
 
+@dataclass
+class TrainResult:
+    step: int
+    steps_taken: int
+    seconds: float
+    tokens_per_s: float
+    val_loss: float | None = None
+    val_bpb: float | None = None
+    stopped: bool = False  # ended early at a step boundary because a stop was requested
+
+
+class Trainer:
+    def __init__(self, session: Session, listeners: Sequence[Listener] = ()):
+        self.session = session
+        self.listeners = list(listeners)
+        self.stop_requested = False
+
+    def request_stop(self) -> None:
+        """Stop at the next step boundary, with a checkpoint (safe to call from a signal handler)."""
+        self.stop_requested = True
+
+    def train_step(self) -> tuple[float, float]:
+        """One optimizer step: set the scheduled learning rate, accumulate `grad_accum` micro-batches,
+        clip, step. Returns (mean loss in nats/token, learning rate)."""
+        s, tc = self.session, self.session.cfg.train
+        lr = learning_rate(s.step, tc)
+        for group in s.optimizer.param_groups:
+            group["lr"] = lr
+        total = 0.0
+        for _ in range(tc.grad_accum):
+            x, y = s.train_batches.sample(s.generator)
+            _, loss = s.model(x, y)
+            (loss / tc.grad_accum).backward()
+            total += loss.item() / tc.grad_accum
+        if tc.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip)
+        s.optimizer.step()
+        s.optimizer.zero_grad(set_to_none=True)
+        s.step += 1
+        return total, lr
+
+    def _emit(self, method: str, event) -> None:
+        for listener in self.listeners:
+            getattr(listener, method)(event)
+
+    def run(self) -> TrainResult:
+        """Train from the session's step to `[train] steps`, emitting events; closes the listeners."""
+        s, tc = self.session, self.session.cfg.train
+        started, start_step = time.perf_counter(), s.step
+        last_val: dict[str, float] = {}
+        s.model.train()
+        try:
+            while s.step < tc.steps:
+                loss, lr = self.train_step()
+                step = s.step
                 elapsed = time.perf_counter() - started
-                tokens_per_s = (step - start_step) * tokens_per_step / max(elapsed, 1e-9)
-                if step % tc.log_interval == 0 or step == tc.steps:
-                    metrics.write({"step": step, "loss": total, "lr": lr, "tokens_per_s": round(tokens_per_s, 1),
-                                   "elapsed_s": round(elapsed, 3)})
+                tokens_per_s = (step - start_step) * s.tokens_per_step / max(elapsed, 1e-9)
+                self._emit("on_step", StepDone(step, tc.steps, loss, lr, tokens_per_s, elapsed))
                 if step % tc.eval_interval == 0 or step == tc.steps:
-                    last_val = evaluate(model, val_windows, corpus.val_tokens_per_byte)
-                    metrics.write({"step": step, "eval": True, **last_val})
+                    last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte)
+                    self._emit("on_eval", EvalDone(step, **last_val))
                 if step % tc.checkpoint_interval == 0 or step == tc.steps:
-                    save(step)
-                postfix = f"loss {total:.3f}" + (f", val {last_val['val_loss']:.3f}" if last_val else "")
-                bar.set_postfix_str(f"{postfix}, {tokens_per_s:,.0f} tok/s", refresh=False)
-                bar.update(1)
-                if stop.requested and step < tc.steps:
-                    save(step)
-                    bar.close()
-                    _say(False, f"interrupted at step {step}/{tc.steps}; checkpoint saved in {run_dir}. "
-                                f"Resume with: {resume_command}")
-                    raise SystemExit(130)
-    finally:
-        bar.close()
-        metrics.close()
-
-    elapsed = time.perf_counter() - started
-    result = {"step": step, "seconds": elapsed,
-              "tokens_per_s": (step - start_step) * tokens_per_step / max(elapsed, 1e-9), **(last_val or {})}
-    _say(quiet, f"done: {step - start_step} steps in {_format_seconds(elapsed)} "
-                f"({result['tokens_per_s']:,.0f} tokens/s); val loss {result.get('val_loss', float('nan')):.4f} "
-                f"nats/token = {result.get('val_bpb', float('nan')):.4f} bits/byte; run folder {run_dir}\n"
-                f"sample with: {sample_command} -p \"ROMEO:\"")
-    return result
+                    self._emit("on_checkpoint", CheckpointDue(step, "end" if step == tc.steps else "interval"))
+                if self.stop_requested and step < tc.steps:
+                    self._emit("on_checkpoint", CheckpointDue(step, "stop"))
+                    self._emit("on_stop", StopRequested(step, tc.steps))
+                    break
+        finally:
+            for listener in self.listeners:
+                listener.close()
+        elapsed = time.perf_counter() - started
+        taken = s.step - start_step
+        return TrainResult(s.step, taken, elapsed, taken * s.tokens_per_step / max(elapsed, 1e-9),
+                           last_val.get("val_loss"), last_val.get("val_bpb"),
+                           stopped=s.step < tc.steps)

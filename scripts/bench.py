@@ -24,12 +24,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minigpt.checkpoint import load_model  # noqa: E402
 from minigpt.config import load_config  # noqa: E402
-from minigpt.data import Batches, load_corpus  # noqa: E402
-from minigpt.generate import bench_sampling  # noqa: E402
+from minigpt.data import load_corpus  # noqa: E402
+from minigpt.generate import generate  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.train import make_optimizer  # noqa: E402
+from minigpt.run import load_model  # noqa: E402
+from minigpt.train import Trainer, build  # noqa: E402
 
 
 def machine() -> dict:
@@ -47,31 +47,68 @@ def machine() -> dict:
 
 
 def train_tokens_per_s(cfg, corpus, threads: int, steps: int, warmup: int = 3) -> float:
-    """Optimizer steps of the real training computation (forward, backward, clip, AdamW) on real
-    batches; tokens per second over `steps` after `warmup` untimed steps."""
+    """The real training step, `Trainer.train_step` (schedule, accumulation, clipping, optimizer
+    step) on real batches, without a run folder; tokens per second over `steps` after `warmup`
+    untimed steps."""
     torch.set_num_threads(threads)
-    torch.manual_seed(cfg.train.seed)
-    model = MiniGPT(cfg.model, corpus.tokenizer.vocab_size)
-    optimizer = make_optimizer(model, cfg.train)
-    batches = Batches(corpus.train_ids, cfg.model.context, cfg.train.batch_size)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-
-    def step():
-        x, y = batches.sample(generator)
-        _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    trainer = Trainer(build(cfg, corpus, "cpu"))
+    trainer.session.model.train()
     for _ in range(warmup):
-        step()
+        trainer.train_step()
     start = time.perf_counter()
     for _ in range(steps):
-        step()
+        trainer.train_step()
     elapsed = time.perf_counter() - start
-    return steps * cfg.train.batch_size * cfg.model.context / elapsed
+    return steps * trainer.session.tokens_per_step / elapsed
+
+
+def _timed_tokens(model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int,
+                  use_cache: bool) -> tuple[list[int], float]:
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    generation = generate(model, prompt_ids, new_tokens, temperature=1.0, generator=generator,
+                          use_cache=use_cache, slide=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    tokens = [step.tokens for step in generation]
+    ids = torch.cat(tokens).tolist() if tokens else []  # one sync at the end, as a consumer would
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return ids, time.perf_counter() - start
+
+
+def bench_sampling(model: MiniGPT, tokenizer, new_tokens: int = 1000, prompt: str = "\n",
+                   seed: int = 1337, warmup_tokens: int = 16, repeats: int = 3) -> dict:
+    """Sampling speed at batch 1: `new_tokens` tokens (temperature 1, sliding window past the
+    table) with the KV cache and with full recompute, in the same process on the same model; the
+    best of `repeats` alternating runs of each.
+
+    Returns {"new_tokens", "context", "device", "dtype", "with_kv_cache_tokens_per_s",
+    "without_kv_cache_tokens_per_s", "speedup", "same_tokens"}. Past the table every step is a full
+    recompute of `context` positions in both modes, so the cache only speeds up the first
+    `context - len(prompt)` tokens; `speedup` says what that is worth over `new_tokens`.
+    """
+    model.eval()
+    prompt_ids = tokenizer.encode(prompt if prompt else "\n")
+    for use_cache in (True, False):  # warm up kernels and allocator outside the clock
+        _timed_tokens(model, prompt_ids, min(warmup_tokens, new_tokens), seed, use_cache)
+    # Alternate the two modes and keep each one's fastest run, so a passing load on the machine
+    # does not land on one mode only.
+    runs = {True: [], False: []}
+    for _ in range(repeats):
+        for use_cache in (True, False):
+            runs[use_cache].append(_timed_tokens(model, prompt_ids, new_tokens, seed, use_cache))
+    (cached_ids, cached_s), (plain_ids, plain_s) = (min(runs[mode], key=lambda r: r[1]) for mode in (True, False))
+    with_cache = new_tokens / cached_s if cached_s > 0 else 0.0
+    without_cache = new_tokens / plain_s if plain_s > 0 else 0.0
+    parameter = next(model.parameters())
+    return {"new_tokens": new_tokens, "context": model.context, "device": str(parameter.device),
+            "dtype": str(parameter.dtype).removeprefix("torch."),
+            "with_kv_cache_tokens_per_s": round(with_cache, 1),
+            "without_kv_cache_tokens_per_s": round(without_cache, 1),
+            "speedup": round(with_cache / without_cache, 3) if without_cache else None,
+            "same_tokens": cached_ids == plain_ids}
 
 
 def main() -> None:

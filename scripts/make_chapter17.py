@@ -30,7 +30,7 @@ DEFAULT_CONFIG = REPO / "configs" / "chapter17.toml"
 if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
-from minigpt.checkpoint import write_model_run  # noqa: E402
+from minigpt.run import write_model_run  # noqa: E402
 from minigpt.chapter17 import build_model, chapter_model_config, check_table_17_1  # noqa: E402
 from minigpt.config import load_config, model_section_differences  # noqa: E402
 from minigpt.errors import MinigptError  # noqa: E402

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from minigpt.model import (
     ResidualShapeError,
     RMSNorm,
     TokenOutOfRangeError,
+    check_token_ids,
     residual,
 )
 
@@ -399,14 +401,16 @@ def test_kv_cache_that_would_pass_the_position_table_is_refused():
 
 
 @pytest.mark.parametrize("bad", [5, 7, -1])
-def test_token_id_outside_the_vocabulary_is_refused(bad):
-    model = table32_model()
-    ids = torch.tensor([[0, 1, bad, 2]])
+@pytest.mark.parametrize("kind", [list, torch.tensor, np.array])
+def test_token_id_outside_the_vocabulary_is_refused_where_ids_enter(bad, kind):
+    ids = kind([0, 1, bad, 2])
     with pytest.raises(TokenOutOfRangeError) as excinfo:
-        fast(model, ids)
+        check_token_ids(ids, 5)
     assert re.search(rf"(?<![\d-]){re.escape(str(bad))}(?!\d)", str(excinfo.value)), str(excinfo.value)
+    assert "5 tokens, ids 0..4" in str(excinfo.value)
     assert isinstance(excinfo.value, MinigptError)
-    fast(model, torch.tensor([[0, 1, 4, 2]]))  # the largest valid id is accepted
+    check_token_ids(kind([0, 1, 4, 2]), 5)  # the largest valid id is accepted
+    fast(table32_model(), torch.tensor([[0, 1, 4, 2]]))
 
 
 def test_residual_add_refuses_broadcasting():

@@ -21,7 +21,7 @@ def test_readme_train_then_sample_on_a_tiny_config(tiny_config, tmp_path, minigp
     assert trained.returncode == 0, trained.stderr
     assert "Traceback" not in trained.stderr
     assert "done: 20 steps" in trained.stderr
-    assert f"sample with: minigpt sample -c {tiny_config} --run {run}" in trained.stderr
+    assert f"sample with: minigpt sample --run {run}" in trained.stderr
     assert {p.name for p in run.iterdir()} == RUN_FILES
 
     sampled = run_minigpt("sample", "-c", tiny_config, "--run", run, "-n", "20", "-p", "ROMEO:")

@@ -15,20 +15,19 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from minigpt.checkpoint import write_model_run
 from minigpt.cli import app
+from minigpt.commands.sample import sample_command
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
 from minigpt.generate import (
     CompletionText,
-    bench_sampling,
     choose,
     filter_logits,
     generate,
     next_token_distribution,
-    sample_command,
 )
 from minigpt.model import ContextTooLongError, MiniGPT
+from minigpt.run import load_model, write_model_run
 from minigpt.tokenizer import TextTokenizer, train_tokenizer
 
 CORPUS = "ROMEO: hello world, é日!\nJULIET: what light?\n"
@@ -110,7 +109,6 @@ def samples_json(*args: str) -> list[dict]:
 
 
 def loaded(config: Path):
-    from minigpt.checkpoint import load_model
     cfg = load_config(config)
     return load_model(cfg)
 
@@ -422,7 +420,7 @@ def test_checkpoint_whose_model_section_disagrees_with_the_config_is_refused(cha
     assert message == (f"minigpt: error: checkpoint in {char_run.parent / 'run'} was trained with another "
                        f"[model] section than {other} (n_layer: 2 != 1 (config != checkpoint)); use the config "
                        f"it was trained with (it is saved as -c {char_run.parent / 'run' / 'config.toml'}), "
-                       f"or point --run at a matching run")
+                       f"or pass --run {char_run.parent / 'run'} alone, which reads it")
 
 
 def test_run_flag_overrides_the_run_folder_the_config_names(char_run, tmp_path):
@@ -531,14 +529,6 @@ def test_text_mode_streams_prompt_and_completion_then_a_summary(char_run):
     assert result.stdout == whole + ("" if whole.endswith("\n") else "\n")
     assert result.stderr.startswith("minigpt: 1 sample, 6 new tokens in ")
     assert result.stderr.endswith("; stopped: max_new_tokens\n")
-
-
-def test_bench_sampling_reports_both_speeds(char_run):
-    model, tokenizer = loaded(char_run)
-    report = bench_sampling(model, tokenizer, new_tokens=20, warmup_tokens=2)
-    assert report["new_tokens"] == 20 and report["context"] == CONTEXT and report["same_tokens"] is True
-    assert report["with_kv_cache_tokens_per_s"] > 0 and report["without_kv_cache_tokens_per_s"] > 0
-    assert report["device"] == "cpu" and report["dtype"] == "float32"
 
 
 def test_generate_refuses_ids_outside_the_vocabulary(char_run):

@@ -17,12 +17,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from minigpt.checkpoint import load_model, write_model_run
 from minigpt.cli import app
 from minigpt.config import load_config
 from minigpt.model import POST_NORM_STAGES, PRE_NORM_STAGES, MiniGPT
+from minigpt.run import load_model, write_model_run
 from minigpt.tokenizer import TextTokenizer, train_tokenizer
-from minigpt.trace import number, show_token
+from minigpt.trace_text import number, show_token
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER_CONFIG = REPO / "configs" / "chapter17.toml"

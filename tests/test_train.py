@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt import checkpoint as ckpt
+from minigpt import run as ckpt
 from minigpt.config import TrainConfig, load_config
 from minigpt.model import MiniGPT
 from minigpt.train import learning_rate, make_optimizer
@@ -150,7 +150,7 @@ def test_run_folder_holds_config_tokenizer_checkpoint_and_metrics(cli, tiny_conf
     result = train_tiny(cli, tiny_config, run)
     assert set(os.listdir(run)) == RUN_FILES  # no temporary files left over
     assert "done: 20 steps" in result.stderr and "bits/byte" in result.stderr
-    assert f"sample with: minigpt sample -c {tiny_config} --run {run}" in result.stderr
+    assert f"sample with: minigpt sample --run {run}" in result.stderr
 
     used = load_config(tiny_config, [], {"train.out": ("--out", str(run))})
     written = load_config(run / "config.toml")

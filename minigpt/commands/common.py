@@ -1,0 +1,54 @@
+"""What every command shares: the one-line refusal, and typed flags that override config keys."""
+
+from __future__ import annotations
+
+import shlex
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, NoReturn
+
+import typer
+
+from ..errors import MinigptError
+
+
+def refuse(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr, then exit non-zero."""
+    typer.echo(f"minigpt: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A refusal from anywhere below becomes the one-line error; anything else is a bug and keeps
+    its traceback."""
+    try:
+        yield
+    except MinigptError as exc:
+        refuse(str(exc))
+
+
+def say(message: str, quiet: bool = False) -> None:
+    """A message for the user on stderr (stdout carries only a command's result)."""
+    if not quiet:
+        typer.echo(message, err=True)
+
+
+def flags(named: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Dedicated flags as config overrides: {"train.steps": 500} -> {"train.steps": ("--steps", 500)}.
+    A flag that was not given (None) is left out; the flag's name is how messages refer to it."""
+    return {name: ("--" + name.partition(".")[2].replace("_", "-"), value)
+            for name, value in named.items() if value is not None}
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user would type it here: relative when it lies under the current folder."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def command_line(*words: Any) -> str:
+    return shlex.join(str(w) for w in words)

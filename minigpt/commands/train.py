@@ -1,0 +1,144 @@
+"""`minigpt train`: options -> a training session -> a trainer with listeners -> a summary.
+
+The listeners this command attaches: the metrics log and checkpoints (the run folder), a progress
+bar, and Ctrl-C, which asks the trainer to stop at the next step boundary (a second Ctrl-C stops
+at once). The run folder describes itself, so the follow-up command shown is `sample --run DIR`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from ..config import load_config
+from ..errors import MinigptError
+from ..events import EvalDone, Listener, StepDone
+from ..run import METRICS_FILE, MetricsLog
+from ..train import CheckpointSaver, Trainer, estimate_seconds, start
+from .common import command_line, flags, say, shown_path, user_errors
+
+
+def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
+         overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
+    with user_errors():
+        _train(config, data, out, steps, overrides, resume, force, quiet)
+
+
+def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
+           overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
+    if resume and force:
+        raise MinigptError("--resume and --force contradict each other; --resume continues a run, "
+                           "--force replaces it")
+    cfg = load_config(config, overrides, flags({"train.data": str(data) if data else None,
+                                                "train.out": str(out) if out else None,
+                                                "train.steps": steps}))
+    session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message))
+    run_dir = cfg.run_dir
+    if session.finished:
+        say(f"run in {run_dir} already finished {session.step} steps; nothing to do", quiet)
+        return
+    for note in session.notes:
+        say(note, quiet)
+    tc = cfg.train
+    if not quiet:
+        estimate = _seconds(estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step))
+        say(f"minigpt train: {session.model.num_parameters():,} parameters, {len(session.corpus.train_ids):,} train / "
+            f"{len(session.corpus.val_ids):,} val tokens ({session.corpus.tokenizer.vocab_size} ids), "
+            f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
+            f"about {estimate}; run folder {run_dir}")
+
+    metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
+                         keep_through_step=session.step if session.resumed else None)
+    trainer = Trainer(session, [metrics, CheckpointSaver(session), ProgressBar(session.step, tc.steps, quiet)])
+    with _ctrl_c_stops(trainer.request_stop):
+        result = trainer.run()
+
+    if result.stopped:
+        again = ["-c", config] if config else []
+        again += [a for o in overrides for a in ("--set", o)]
+        again += (["--data", data] if data else []) + (["--out", out] if out else [])
+        again += ["--steps", steps] if steps is not None else []
+        say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. "
+            f"Resume with: {command_line('minigpt', 'train', *again, '--resume')}")
+        raise typer.Exit(130)
+    val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
+    say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
+        f"val loss {val}; run folder {run_dir}\n"
+        f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"", quiet)
+
+
+class ProgressBar(Listener):
+    """tqdm on stderr: step, loss, last validation loss, tokens/s and the time left."""
+
+    def __init__(self, initial: int, total: int, quiet: bool):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, disable=quiet, unit="step", dynamic_ncols=True,
+                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
+        self.val: float | None = None
+        self.last: StepDone | None = None
+
+    def on_step(self, event: StepDone) -> None:
+        self.last = event
+        self._show()
+        self.bar.update(1)
+
+    def on_eval(self, event: EvalDone) -> None:
+        self.val = event.val_loss
+        self._show()
+
+    def _show(self) -> None:
+        e = self.last
+        postfix = f"loss {e.loss:.3f}" + (f", val {self.val:.3f}" if self.val is not None else "")
+        self.bar.set_postfix_str(f"{postfix}, {e.tokens_per_s:,.0f} tok/s", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@contextmanager
+def _ctrl_c_stops(request_stop) -> Iterator[None]:
+    """The first Ctrl-C asks for a stop at the next step boundary; a second one stops at once."""
+    asked = []
+
+    def handler(signum, frame):
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(True)
+        request_stop()
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _transient(quiet: bool, message: str) -> Iterator[None]:
+    """Say what a slow step is doing on a terminal, then erase the line, so that what stays on the
+    screen (a refusal above all) is unchanged. Off a terminal nothing is written."""
+    show = not quiet and sys.stderr.isatty()
+    if show:
+        sys.stderr.write(message + "\r")
+        sys.stderr.flush()
+    try:
+        yield
+    finally:
+        if show:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

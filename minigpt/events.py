@@ -1,0 +1,55 @@
+"""What the trainer tells its listeners, and the listener interface.
+
+The training loop (train.Trainer) only computes; everything else that happens during a run is a
+listener: the metrics log and checkpoints (the run folder), the progress bar and Ctrl-C (the
+command), and whatever comes next (samples during training, plots, rank 0 of a distributed run).
+Events arrive in this order after each optimizer step: StepDone, then EvalDone when an evaluation
+ran, then CheckpointDue when one is due, then StopRequested when the run stops early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepDone:
+    step: int            # optimizer steps taken so far (1 after the first)
+    total: int           # the run's [train] steps
+    loss: float          # mean training loss of this step's micro-batches, nats/token
+    lr: float            # the learning rate this step used
+    tokens_per_s: float  # since this process started training
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class EvalDone:
+    step: int
+    val_loss: float      # nats/token on the fixed validation windows
+    val_bpb: float       # bits per byte of validation text
+
+
+@dataclass(frozen=True)
+class CheckpointDue:
+    step: int
+    reason: str          # "start", "interval", "end" or "stop"
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    step: int
+    total: int
+
+
+class Listener:
+    """Override what you need; every method does nothing by default."""
+
+    def on_step(self, event: StepDone) -> None: ...
+
+    def on_eval(self, event: EvalDone) -> None: ...
+
+    def on_checkpoint(self, event: CheckpointDue) -> None: ...
+
+    def on_stop(self, event: StopRequested) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,252 @@
+"""The run folder: its layout, creating and replacing it, identity and resume checks, the metrics
+log, and loading its model for reading.
+
+    run/config.toml      the resolved config, exactly as used: a run describes itself
+    run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
+    run/checkpoint.pt    model, [model] section, optimizer, step, RNG states, hashes of config,
+                         tokenizer and corpus
+    run/metrics.jsonl    one JSON object per logged step and per evaluation
+
+Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
+can hold tensors and plain values, never code. The model is always built from the [model] section
+stored in the checkpoint, never from a config that merely names the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import Config, load_config, model_config_from, model_section_differences
+from .errors import MinigptError
+from .events import EvalDone, Listener, StepDone
+from .io import atomic_write, atomic_write_text
+from .model import MiniGPT
+from .tokenizer import TextTokenizer
+
+CONFIG_FILE = "config.toml"
+TOKENIZER_FILE = "tokenizer.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+METRICS_FILE = "metrics.jsonl"
+FORMAT_VERSION = 1
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    atomic_write(path, lambda f: torch.save(payload, f), binary=True)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise MinigptError(f"no checkpoint at {path}; train first with `minigpt train` (same config)")
+    try:
+        # mmap: tensors are read from the file when used, so a reader that needs the model alone
+        # never reads the optimizer state (twice the model's size) off the disk.
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError):
+        # torch's own message suggests weights_only=False, which would let the file run code: not shown.
+        raise MinigptError(f"checkpoint {path} could not be loaded as plain tensors and values; it is "
+                           f"damaged, truncated or not a minigpt checkpoint: retrain, or restore it") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
+        raise MinigptError(f"checkpoint {path} is not a minigpt checkpoint of format {FORMAT_VERSION}")
+    return payload
+
+
+def model_payload(cfg: Config, model: MiniGPT) -> dict[str, Any]:
+    """What any checkpoint holds; training adds optimizer, step, RNG states and hashes."""
+    return {"format": FORMAT_VERSION, "model": model.state_dict(), "model_config": asdict(cfg.model),
+            "vocab_size": model.vocab_size}
+
+
+# ---------------------------------------------------------------- identity
+
+# Keys that do not change what a run computes; a resume may differ in them.
+# `data` is the path only: the corpus itself is identified by its sha256, so a moved file resumes.
+_NOT_IDENTITY = {("train", k) for k in ("data", "out", "device", "threads", "log_interval", "eval_interval",
+                                         "checkpoint_interval")}
+
+
+def training_identity(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The config sections that determine a training run's numbers ([sample] never does)."""
+    out = {}
+    for section in ("model", "tokenizer", "train"):
+        out[section] = {k: v for k, v in asdict(getattr(cfg, section)).items()
+                        if (section, k) not in _NOT_IDENTITY}
+    return out
+
+
+def config_hash(identity: dict[str, dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a checkpoint whose [model] section disagrees with the config, listing the keys."""
+    differences = model_section_differences(asdict(cfg.model), payload["model_config"])
+    if differences:
+        raise MinigptError(f"checkpoint in {run_dir} was trained with another [model] section than "
+                           f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
+                           f"use the config it was trained with (it is saved as -c {run_dir / CONFIG_FILE}), "
+                           f"or pass --run {run_dir} alone, which reads it")
+
+
+def check_resume(payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer, corpus_sha256: str,
+                 corpus_path: Path) -> None:
+    """A resume must compute what the interrupted run would have: same config, tokenizer and text."""
+    stored = payload["identity"]
+    now = training_identity(cfg)
+    if config_hash(now) != payload["hashes"]["config"]:
+        diffs = [f"[{s}] {d}" for s in now for d in model_section_differences(now[s], stored.get(s, {}))]
+        advice = "resume with the same config file, --set values and flags"
+        if [d for d in diffs if not d.startswith("[train] steps:")] == []:
+            advice = ("a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
+                      "run cannot be lengthened; train a new run with more --steps (--force or another --out)")
+        raise MinigptError(f"--resume refused: the config differs from the checkpoint's "
+                           f"({'; '.join(diffs)} (now != checkpoint)); {advice}")
+    if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
+        raise MinigptError("--resume refused: the tokenizer differs from the one the checkpoint was trained "
+                           "with (tokenizer.json hash changed); start a new run with --force or another --out")
+    if corpus_sha256 != payload["hashes"]["corpus"]:
+        raise MinigptError(f"--resume refused: the corpus {corpus_path} differs from the one the checkpoint was "
+                           f"trained on (sha256 {corpus_sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
+                           f"resume with the original text")
+
+
+# ---------------------------------------------------------------- creating a run folder
+
+def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
+    """Refuse to overwrite or to resume nothing, and prove the folder can be written, before any
+    expensive work and before anything is written."""
+    try:
+        _check_run_dir(run_dir, resume, force)
+    except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
+        raise MinigptError(f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out") from None
+
+
+def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
+    has_run = run_dir.is_dir() and any(run_dir.iterdir())
+    if resume and not (run_dir / CHECKPOINT_FILE).is_file():
+        raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
+    if has_run and not resume and not force:
+        raise MinigptError(f"run folder {run_dir} already holds a run; pass --resume to continue it, "
+                           f"--force to replace it, or --out to choose another folder")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise MinigptError(f"run folder {run_dir} is a file; choose another --out")
+    probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise MinigptError(f"run folder {run_dir} cannot be written ({probe} is not writable); choose another --out")
+
+
+def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer) -> None:
+    """Make (or, with --force, replace) the run folder and write what never changes during the run.
+    A failure here removes what it made, so no half-written run is left behind."""
+    created = not run_dir.exists()
+    try:
+        if force and not created:
+            shutil.rmtree(run_dir)
+            created = True
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
+        atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise MinigptError(f"run folder {run_dir} cannot be written ({exc.strerror or exc}); "
+                           f"choose another --out") from None
+
+
+def write_model_run(run_dir: Path, cfg: Config, model: MiniGPT, tokenizer: TextTokenizer) -> None:
+    """A run folder that sample and trace can load, from a model made outside `minigpt train`
+    (the chapter-17 teaching weights, test fixtures)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
+    atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
+    save_checkpoint(run_dir / CHECKPOINT_FILE, model_payload(cfg, model))
+
+
+# ---------------------------------------------------------------- the metrics log
+
+class MetricsLog(Listener):
+    """metrics.jsonl: one JSON object per logged step and per evaluation, flushed as written, so a
+    crash loses at most a line. On resume, records after the checkpoint's step are dropped: the
+    resumed run logs those steps again."""
+
+    def __init__(self, path: Path, log_interval: int, keep_through_step: int | None = None):
+        self.path, self.log_interval = Path(path), log_interval
+        if keep_through_step is not None and self.path.exists():
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= keep_through_step]
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        self.file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def on_step(self, event: StepDone) -> None:
+        if event.step % self.log_interval == 0 or event.step == event.total:
+            self.write({"step": event.step, "loss": event.loss, "lr": event.lr,
+                        "tokens_per_s": round(event.tokens_per_s, 1), "elapsed_s": round(event.elapsed_s, 3)})
+
+    def on_eval(self, event: EvalDone) -> None:
+        self.write({"step": event.step, "eval": True, "val_loss": event.val_loss, "val_bpb": event.val_bpb})
+
+    def close(self) -> None:
+        self.file.close()
+
+
+# ---------------------------------------------------------------- reading a run
+
+def reading_config(config: Path | None, run_dir: Path | None, overrides: list[str],
+                   flags: dict[str, tuple[str, Any]] | None = None) -> tuple[Config, Path]:
+    """The config and run folder of a command that reads a run (sample, trace, ...).
+
+    `--run DIR` alone: DIR/config.toml, the resolved config the run saved. `-c FILE` alone: that
+    file and the run folder it names. Both: the file (its [sample], device and threads), checked
+    against the run's checkpoint when the model is loaded. Neither: the default config's run.
+    """
+    if run_dir is not None and config is None:
+        run_dir = Path(run_dir).resolve()
+        if not run_dir.is_dir():
+            raise MinigptError(f"--run {run_dir}: no such run folder; train one first with "
+                               f"`minigpt train --out {run_dir}`")
+        saved = run_dir / CONFIG_FILE
+        if not saved.is_file():
+            raise MinigptError(f"--run {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
+                               f"pass the config it was trained with as -c FILE")
+        return load_config(saved, overrides, flags), run_dir
+    cfg = load_config(config, overrides, flags)
+    return cfg, Path(run_dir) if run_dir is not None else cfg.run_dir
+
+
+def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu") -> tuple[MiniGPT, TextTokenizer]:
+    """The trained model (eval mode) and tokenizer of a run folder. The model is built from the
+    [model] section its checkpoint stores; a config whose [model] disagrees is refused."""
+    run_dir = Path(run_dir) if run_dir is not None else cfg.run_dir
+    if not run_dir.is_dir():
+        raise MinigptError(f"no run folder at {run_dir}; train one first with `minigpt train` "
+                           f"(same config), or pass --run DIR")
+    path = run_dir / CHECKPOINT_FILE
+    payload = load_checkpoint(path)
+    model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
+    check_model_matches(cfg, payload, run_dir)
+    tokenizer = TextTokenizer.load(run_dir / TOKENIZER_FILE)
+    if tokenizer.vocab_size != payload["vocab_size"]:
+        raise MinigptError(f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
+                           f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it")
+    with torch.device("meta"):  # no memory and no random init for weights that are replaced at once
+        model = MiniGPT(model_config, payload["vocab_size"])
+    model.load_state_dict(payload["model"], assign=True)
+    if model_config.tie_embeddings:  # assign replaced both names by tensors; one parameter again
+        model.head.weight = model.token_table.weight
+    return model.to(device).eval(), tokenizer

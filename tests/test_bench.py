@@ -1,0 +1,54 @@
+"""scripts/bench.py: it times the real trainer step (not a copy of it) and reports both sampling
+modes on the same model. Tiny sizes: this checks what is measured, not how fast."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.config import load_config
+from minigpt.data import load_corpus
+from minigpt.model import MiniGPT
+from minigpt.tokenizer import TextTokenizer, train_tokenizer
+from minigpt.train import Trainer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench", REPO / "scripts" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_figure_comes_from_the_trainers_own_step(bench, tiny_config, monkeypatch):
+    cfg = load_config(tiny_config, ["train.grad_accum=2"])
+    corpus = load_corpus(cfg)
+    calls = []
+    real = Trainer.train_step
+
+    def counted(self):
+        calls.append(self.session.step)
+        return real(self)
+
+    monkeypatch.setattr(Trainer, "train_step", counted)
+    tokens_per_s = bench.train_tokens_per_s(cfg, corpus, threads=1, steps=4, warmup=1)
+    assert calls == [0, 1, 2, 3, 4]  # one warm-up step, then four timed ones, each the trainer's
+    assert tokens_per_s > 0
+
+
+def test_sampling_benchmark_reports_both_speeds_on_the_same_tokens(bench, tiny_config):
+    cfg = load_config(tiny_config)
+    tokenizer = TextTokenizer(train_tokenizer("char", 0, "ROMEO: hello world\n"))
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, tokenizer.vocab_size).eval()
+    report = bench.bench_sampling(model, tokenizer, new_tokens=20, warmup_tokens=2)
+    assert report["new_tokens"] == 20 and report["context"] == cfg.model.context
+    assert report["same_tokens"] is True
+    assert report["with_kv_cache_tokens_per_s"] > 0 and report["without_kv_cache_tokens_per_s"] > 0
+    assert report["device"] == "cpu" and report["dtype"] == "float32"
