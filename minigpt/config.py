@@ -97,6 +97,8 @@ class TrainConfig:
     device: str = _spec("auto", "where train, sample and trace compute; auto picks cuda, then mps, else cpu",
                         choices=("auto", "cpu", "cuda", "mps"))
     threads: int = _spec(0, "CPU threads for torch in every command (0 keeps torch's default)", minimum=0)
+    precision: str = _spec("auto", "matmul precision while training: auto (bfloat16 where the hardware has it, "
+                           "else float32), float32 or bfloat16; weights stay float32", choices=("auto", "float32", "bfloat16"))
 
 
 @dataclass

@@ -11,11 +11,14 @@ per batch, so memory does not grow with the text.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, ContextManager, Iterator
 
 import numpy as np
 import torch
@@ -24,7 +27,7 @@ from .config import Config
 from .errors import MinigptError
 from .io import atomic_write, atomic_write_text
 from .model import check_token_ids
-from .tokenizer import TextTokenizer, train_tokenizer
+from .tokenizer import TextTokenizer, line_chunks, train_tokenizer
 
 CACHE_FORMAT = 1  # bump when the cached files' meaning changes
 
@@ -84,13 +87,28 @@ def split_text(text: str, val_fraction: float) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-def _encode(tokenizer: TextTokenizer, text: str) -> np.ndarray:
+def _encode(tokenizer: TextTokenizer, text: str, on_characters: Callable[[int], None]) -> np.ndarray:
+    """Ids of `text`, encoded a piece at a time straight into a compact array (a Python list of
+    ids would take 28 bytes an id)."""
     dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32  # half the cache for common vocabularies
-    return np.asarray(tokenizer.encode(text), dtype=dtype)
+    pieces = []
+    for piece in line_chunks(text):
+        ids = tokenizer.encode_lines(piece.splitlines(keepends=True))
+        pieces.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype))
+        on_characters(len(piece))
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 
 
-def load_corpus(cfg: Config, on_status=lambda message: None) -> Corpus:
-    """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input."""
+@contextmanager
+def _no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    yield lambda n: None
+
+
+def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: None,
+                progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress) -> Corpus:
+    """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input.
+    `progress(label, total_characters)` gives a callable told how many characters were done, for
+    a progress bar on a large text (the command draws it; nothing is drawn here)."""
     path = Path(cfg.train.data)
     text, sha = read_text(path)
     train_text, val_text = split_text(text, cfg.train.val_fraction)
@@ -111,8 +129,11 @@ def load_corpus(cfg: Config, on_status=lambda message: None) -> Corpus:
         tokenizer = TextTokenizer.load(files[0])
         train_ids, val_ids = (np.load(f, mmap_mode="r") for f in files[1:])
     else:
-        tokenizer = TextTokenizer(train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text))
-        train_ids, val_ids = _encode(tokenizer, train_text), _encode(tokenizer, val_text)
+        with progress(f"fitting the {cfg.tokenizer.kind} tokenizer", len(train_text)) as advance:
+            fitted = train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text, advance)
+        tokenizer = TextTokenizer(fitted)
+        with progress("encoding the text", len(text)) as advance:
+            train_ids, val_ids = _encode(tokenizer, train_text, advance), _encode(tokenizer, val_text, advance)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write(files[1], lambda f: np.save(f, train_ids), binary=True)

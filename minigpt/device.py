@@ -23,3 +23,47 @@ def use_threads(threads: int) -> None:
     """`[train] threads`: 0 keeps torch's default (one per core)."""
     if threads:
         torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- precision
+
+def native_bfloat16(device: str) -> bool:
+    """Whether bfloat16 matmuls run natively here: CUDA's own answer, or on the CPU the AVX-512 BF16
+    or AMX instructions (without them torch emulates bf16, slower than float32)."""
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device != "cpu":
+        return False
+    capability = getattr(torch._C._cpu, "_get_cpu_capability", None)  # private, so guarded
+    if capability is not None:
+        flags = capability()
+        return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            words = set(f.read().split())
+    except OSError:
+        return False
+    return bool(words & {"avx512_bf16", "amx_bf16"})
+
+
+def pick_precision(name: str, device: str, dtype: str) -> str:
+    """`[train] precision`: "auto" -> bfloat16 autocast where it runs natively and the model is
+    float32, else float32. Weights, gradients and optimizer state stay in the model's dtype either
+    way; only the matmuls of the forward and backward pass run in bfloat16."""
+    if dtype != "float32":
+        if name == "bfloat16":
+            raise MinigptError(f"[train] precision = \"bfloat16\" needs [model] dtype = \"float32\" (it is "
+                               f"{dtype!r}); use precision = \"auto\" or \"float32\"")
+        return dtype
+    if name == "auto":
+        return "bfloat16" if native_bfloat16(device) else "float32"
+    return name
+
+
+def autocast(device: str, precision: str):
+    """The context the forward pass runs in: bfloat16 autocast, or nothing."""
+    from contextlib import nullcontext
+
+    if precision != "bfloat16":
+        return nullcontext()
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)

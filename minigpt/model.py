@@ -194,19 +194,34 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.extend(k, v)  # [B, H, S, d]: the cached keys and values, then these T
         S = k.shape[2]  # keys visible in total: the cached ones plus these T
         p = self.dropout if self.training else 0.0
-        if recorder is None:
+        # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
+        # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
+        if recorder is None and not _lowered_precision(x):
             if past == 0:
                 mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)  # [B, H, T, d]
             else:
                 mask = None if T == 1 else _causal_mask(T, S, past, x.device)
                 mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         else:
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_width)  # [B, H, T, S]
-            scores = scores.masked_fill(~_causal_mask(T, S, past, x.device), float("-inf"))
-            weights = recorder.record("attention_weights", torch.softmax(scores, dim=-1))  # [B, H, T, S]
-            mixed = F.dropout(weights, p, self.training) @ v  # [B, H, T, d]
+            scores = q @ k.transpose(-2, -1)  # [B, H, T, S]
+            if scores.dtype in (torch.bfloat16, torch.float16):
+                scores = scores.float()  # scale, mask and softmax in float32: only the matmuls are lowered
+            scores = (scores / math.sqrt(self.head_width)).masked_fill(~_causal_mask(T, S, past, x.device),
+                                                                        float("-inf"))
+            weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
+            if recorder is not None:
+                recorder.record("attention_weights", weights)
+            mixed = F.dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
         return F.dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
+
+
+def _lowered_precision(x: Tensor) -> bool:
+    """Whether autocast runs this pass's matmuls in a lower precision (bfloat16 training)."""
+    try:
+        return torch.is_autocast_enabled(x.device.type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_cpu_enabled() if x.device.type == "cpu" else torch.is_autocast_enabled()
 
 
 def _causal_mask(T: int, S: int, past: int, device) -> Tensor:
@@ -331,6 +346,7 @@ class MiniGPT(nn.Module):
         final = tap("final_norm", self.final_norm(x[:, -1:] if last_only else x))  # [B, T or 1, C]
         logits = tap("logits", self.head(final))                                   # [B, T or 1, V]
         loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(torch.promote_types(logits.dtype, torch.float32)),
+                                   targets.reshape(-1))
         return logits, loss

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 from pathlib import Path
+from typing import Callable, Iterator
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -52,13 +53,36 @@ def _byte_level(model) -> Tokenizer:
     return tok
 
 
-def train_tokenizer(kind: str, vocab_size: int, text: str) -> Tokenizer:
-    """A new tokenizer of `kind` fitted to `text` (the training split only, never validation)."""
+CHUNK_CHARACTERS = 1 << 20
+
+
+def line_chunks(text: str, size: int = CHUNK_CHARACTERS) -> Iterator[str]:
+    """`text` in pieces of about `size` characters, each cut just after a newline, so the pieces'
+    lines are exactly `text.splitlines(keepends=True)` while only one piece is split at a time
+    (a 100 MB text never becomes millions of strings at once)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", min(start + size, len(text)) - 1)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def train_tokenizer(kind: str, vocab_size: int, text: str,
+                    on_characters: Callable[[int], None] = lambda n: None) -> Tokenizer:
+    """A new tokenizer of `kind` fitted to `text` (the training split only, never validation).
+    `on_characters(n)` is told as the text is read, for a progress bar."""
     if kind == "bpe":
         tok = _byte_level(models.BPE())
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator(text.splitlines(keepends=True), trainer=trainer)
+
+        def lines() -> Iterator[list[str]]:
+            for piece in line_chunks(text):
+                yield piece.splitlines(keepends=True)
+                on_characters(len(piece))
+
+        tok.train_from_iterator(lines(), trainer=trainer)
         return tok
     if kind == "byte":
         # id == byte value, so a learner can read ids as bytes.

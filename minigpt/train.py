@@ -28,7 +28,7 @@ import torch
 from . import run as run_folder
 from .config import Config
 from .data import Batches, Corpus, load_corpus
-from .device import pick_device, use_threads
+from .device import autocast, pick_device, pick_precision, use_threads
 from .events import CheckpointDue, EvalDone, Listener, StepDone, StopRequested
 from .model import MiniGPT
 
@@ -114,6 +114,7 @@ class Session:
     train_batches: Batches
     val_windows: list
     step: int = 0
+    precision: str = "float32"  # what the forward and backward matmuls run in ([train] precision, resolved)
     resumed: bool = False
     notes: list[str] = field(default_factory=list)  # things worth telling the user, said by the command
 
@@ -153,15 +154,18 @@ def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, A
         step = payload["step"]
     train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device)
     val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device).fixed(tc.eval_batches)
+    precision = pick_precision(tc.precision, device, cfg.model.dtype)
     return Session(cfg, corpus, device, model, optimizer, generator, train_batches, val_windows, step,
-                   resumed=payload is not None)
+                   precision, resumed=payload is not None)
 
 
 def start(cfg: Config, resume: bool = False, force: bool = False,
-          preparing: Callable[[str], ContextManager] = lambda message: nullcontext()) -> Session:
+          preparing: Callable[[str], ContextManager] = lambda message: nullcontext(),
+          progress: Callable[[str, int], ContextManager] | None = None) -> Session:
     """Check everything, then build the session and create (or reopen) the run folder `cfg.run_dir`
     with a loadable checkpoint in it. Nothing is written before every check has passed.
-    `preparing(message)` wraps the slow corpus preparation (the command shows it on a terminal)."""
+    `preparing(message)` wraps the slow corpus preparation and `progress(label, total)` follows
+    it (see data.load_corpus); the command shows both on a terminal."""
     tc = cfg.train
     run_dir = cfg.run_dir
     run_folder.check_writable(run_dir, resume, force)
@@ -171,7 +175,7 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
 
     notes: list[str] = []
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
-        corpus = load_corpus(cfg, on_status=notes.append)
+        corpus = load_corpus(cfg, on_status=notes.append, **({"progress": progress} if progress else {}))
     if payload is not None:
         run_folder.check_resume(payload, cfg, corpus.tokenizer, corpus.sha256, corpus.path)
 
@@ -237,7 +241,8 @@ class Trainer:
         total = 0.0
         for _ in range(tc.grad_accum):
             x, y = s.train_batches.sample(s.generator)
-            _, loss = s.model(x, y)
+            with autocast(s.device, s.precision):
+                _, loss = s.model(x, y)
             (loss / tc.grad_accum).backward()
             total += loss.item() / tc.grad_accum
         if tc.grad_clip > 0:

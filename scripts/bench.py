@@ -1,21 +1,41 @@
-"""minigpt benchmark: training tokens/s and sampling tokens/s, measured in one run on this machine.
+"""minigpt benchmark: every speed figure of the project, measured in one run on this machine, and
+with --nanogpt the same figures for nanoGPT side by side, as ratios.
 
-    python scripts/bench.py                  # default config, shipped corpus
-    python scripts/bench.py --run runs/default --json
+    python scripts/bench.py                                      minigpt's own figures
+    python scripts/bench.py --nanogpt ../shared/anchors/nanogpt  both systems, every target
+    python scripts/bench.py --nanogpt DIR --quick                skip the long full-run and 100 MB parts
 
-Speeds are reported together with the machine (CPU, cores, torch, threads) and as ratios between
-variants measured in the same process (1 vs all threads; KV cache vs full recompute), because
-absolute numbers from different machines or different moments are not comparable.
-Nothing here belongs in the test suite: it runs for about a minute.
+Figures (each system measured in this process or in child processes started from it, alternating
+where it matters, so both see the same machine at the same moment):
+  - matmul peaks in float32 and bfloat16 (GFLOP/s) and the model FLOPs utilisation of training;
+  - training throughput at the comparison shape (4 blocks, 4 heads, width 128, context 32, batch 64,
+    BPE 1,024, biases on): minigpt's real `Trainer.train_step` in its default precision and in
+    float32, against nanoGPT's train.py (compile off, float32, gradient_accumulation_steps=1);
+  - time to quality: the default `minigpt train` against nanoGPT's 2,000 iterations, wall time and
+    validation bits per byte;
+  - sampling at batch 1, 1,000 new tokens, temperature 1, sliding window past the table: minigpt's
+    `generate` against nanoGPT's `GPT.generate` on a model of the same shape;
+  - a sampling call as a user makes it (`minigpt sample -p "ROMEO:" -n 200`, start to exit) against
+    a bare `python -c "import torch"`;
+  - a 100 MB text (made here from the shipped corpus, deleted afterwards): reading, tokenizer
+    fitting and caching time and peak memory, and the time to the first step of a second run.
+The report is printed as one table and written as JSON (--json-out) with the machine's description.
+Nothing here belongs in the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import re
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,9 +48,21 @@ from minigpt.config import load_config  # noqa: E402
 from minigpt.data import load_corpus  # noqa: E402
 from minigpt.generate import generate  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.run import load_model  # noqa: E402
 from minigpt.train import Trainer, build  # noqa: E402
 
+# The comparison shape of issue 9 (nanoGPT's README in shared/anchors/nanogpt uses the same).
+SHAPE = ["model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.context=32", "model.ffn_hidden=512",
+         "model.bias=true", "model.dropout=0.0", "model.tie_embeddings=false", "model.norm=\"layernorm\"",
+         "model.activation=\"relu\"", "tokenizer.kind=\"bpe\"", "tokenizer.vocab_size=1024",
+         "train.batch_size=64", "train.grad_accum=1"]
+NANO_SHAPE = ["--n_layer=4", "--n_head=4", "--n_embd=128", "--block_size=32", "--batch_size=64", "--dropout=0.0",
+              "--gradient_accumulation_steps=1", "--device=cpu", "--compile=False", "--dtype=float32"]
+NANO_RECIPE = ["--bias=False", "--learning_rate=1e-3", "--beta2=0.99", "--min_lr=1e-4", "--max_iters=2000",
+               "--lr_decay_iters=2000", "--warmup_iters=100", "--eval_interval=500", "--eval_iters=50",
+               "--log_interval=50", "--always_save_checkpoint=False"]
+
+
+# ---------------------------------------------------------------- the machine
 
 def machine() -> dict:
     cpu = platform.processor() or "unknown"
@@ -41,10 +73,49 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+    memory = None
+    try:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    from minigpt.device import native_bfloat16
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "cpu_bfloat16": native_bfloat16("cpu"),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
+
+def matmul_peak(dtype: torch.dtype, size: int = 1024, repeats: int = 10, device: str = "cpu") -> float:
+    """GFLOP/s of a square matmul, best of `repeats`."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    best = math.inf
+    for _ in range(repeats + 2):
+        _sync(device)
+        started = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best / 1e9
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def training_flops_per_token(model: MiniGPT) -> float:
+    """6 x the weights every token multiplies (every parameter but the two tables' rows, the head
+    included even when it shares the token table), plus attention's 12 x layers x width x context:
+    the estimate nanoGPT's estimate_mfu uses."""
+    cfg = model.cfg
+    tables = model.token_table.weight.numel() + model.position_table.weight.numel()
+    multiplied = model.num_parameters() - tables + (model.head.weight.numel() if cfg.tie_embeddings else 0)
+    return 6 * multiplied + 12 * cfg.n_layer * cfg.n_embd * cfg.context
+
+
+# ---------------------------------------------------------------- minigpt
 
 def train_tokens_per_s(cfg, corpus, threads: int, steps: int, warmup: int = 3) -> float:
     """The real training step, `Trainer.train_step` (schedule, accumulation, clipping, optimizer
@@ -68,13 +139,11 @@ def _timed_tokens(model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: 
     generator = torch.Generator(device=device).manual_seed(seed)
     generation = generate(model, prompt_ids, new_tokens, temperature=1.0, generator=generator,
                           use_cache=use_cache, slide=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    _sync(str(device))
     start = time.perf_counter()
     tokens = [step.tokens for step in generation]
     ids = torch.cat(tokens).tolist() if tokens else []  # one sync at the end, as a consumer would
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    _sync(str(device))
     return ids, time.perf_counter() - start
 
 
@@ -82,19 +151,12 @@ def bench_sampling(model: MiniGPT, tokenizer, new_tokens: int = 1000, prompt: st
                    seed: int = 1337, warmup_tokens: int = 16, repeats: int = 3) -> dict:
     """Sampling speed at batch 1: `new_tokens` tokens (temperature 1, sliding window past the
     table) with the KV cache and with full recompute, in the same process on the same model; the
-    best of `repeats` alternating runs of each.
-
-    Returns {"new_tokens", "context", "device", "dtype", "with_kv_cache_tokens_per_s",
-    "without_kv_cache_tokens_per_s", "speedup", "same_tokens"}. Past the table every step is a full
-    recompute of `context` positions in both modes, so the cache only speeds up the first
-    `context - len(prompt)` tokens; `speedup` says what that is worth over `new_tokens`.
-    """
+    best of `repeats` alternating runs of each. Past the table every step is a full recompute of
+    `context` positions in both modes, so the cache only speeds up the first tokens."""
     model.eval()
     prompt_ids = tokenizer.encode(prompt if prompt else "\n")
     for use_cache in (True, False):  # warm up kernels and allocator outside the clock
         _timed_tokens(model, prompt_ids, min(warmup_tokens, new_tokens), seed, use_cache)
-    # Alternate the two modes and keep each one's fastest run, so a passing load on the machine
-    # does not land on one mode only.
     runs = {True: [], False: []}
     for _ in range(repeats):
         for use_cache in (True, False):
@@ -111,58 +173,287 @@ def bench_sampling(model: MiniGPT, tokenizer, new_tokens: int = 1000, prompt: st
             "same_tokens": cached_ids == plain_ids}
 
 
+def minigpt_full_run(config: str | None, out: Path, env: dict) -> dict:
+    """`minigpt train` (the default recipe) as a user runs it, token cache warm: wall time and the
+    final validation figures from its metrics log."""
+    command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
+    command += ["-c", config] if config else []
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"bench: minigpt train failed:\n{result.stderr}")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r.get("eval")]
+    train_s = max(r.get("elapsed_s", 0.0) for r in records)
+    return {"wall_s": round(wall, 1), "train_loop_s": round(train_s, 1), "steps": records[-1]["step"],
+            "val_loss": round(evals[-1]["val_loss"], 4), "val_bpb": round(evals[-1]["val_bpb"], 4)}
+
+
+def startup(run: Path, env: dict, repeats: int = 5) -> dict:
+    """`minigpt sample -p "ROMEO:" -n 200` start to exit against `python -c "import torch"`,
+    alternating, best of `repeats` each."""
+    commands = {"import_torch": [sys.executable, "-c", "import torch"],
+                "minigpt_sample": [sys.executable, "-m", "minigpt", "sample", "--run", str(run), "-p", "ROMEO:",
+                                   "-n", "200"]}
+    best = {name: math.inf for name in commands}
+    for _ in range(repeats):
+        for name, command in commands.items():
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                raise SystemExit(f"bench: {' '.join(command)} failed:\n{done.stderr}")
+            best[name] = min(best[name], time.perf_counter() - started)
+    return {"import_torch_s": round(best["import_torch"], 3), "minigpt_sample_s": round(best["minigpt_sample"], 3),
+            "ratio": round(best["minigpt_sample"] / best["import_torch"], 3)}
+
+
+LARGE_TEXT_CHILD = r"""
+import json, resource, sys, time
+t0 = time.time()
+from minigpt.config import load_config
+from minigpt.data import load_corpus
+from minigpt.train import Trainer, build
+cfg = load_config(None, ["train.data=" + json.dumps(sys.argv[1]), "train.batch_size=64"])
+imported = time.time()
+corpus = load_corpus(cfg)
+prepared = time.time()
+trainer = Trainer(build(cfg, corpus, "cpu"))
+trainer.train_step()
+stepped = time.time()
+print(json.dumps({"start": t0, "imported": imported, "prepared": prepared, "first_step": stepped,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "train_tokens": len(corpus.train_ids)}))
+"""
+
+
+def large_text(megabytes: int, env: dict) -> dict:
+    """A text of `megabytes` MB (the shipped corpus repeated), first run with an empty cache, then a
+    second with the cache: time to prepare, peak memory, time to the first training step."""
+    corpus = (ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="minigpt-bench-") as scratch:
+        big = Path(scratch) / "big.txt"
+        with open(big, "w", encoding="utf-8") as f:
+            for _ in range(math.ceil(megabytes * 1_000_000 / len(corpus))):
+                f.write(corpus)
+        child_env = {**env, "MINIGPT_CACHE": str(Path(scratch) / "cache")}
+        runs = []
+        for _ in range(2):
+            launched = time.time()
+            done = subprocess.run([sys.executable, "-c", LARGE_TEXT_CHILD, str(big)], capture_output=True,
+                                  text=True, env=child_env, cwd=ROOT)
+            if done.returncode != 0:
+                raise SystemExit(f"bench: large-text run failed:\n{done.stderr}")
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            runs.append({"prepare_s": round(r["prepared"] - r["imported"], 2),
+                         "first_step_after_launch_s": round(r["first_step"] - launched, 2),
+                         "first_step_after_imports_s": round(r["first_step"] - r["imported"], 2),
+                         "peak_rss_mb": round(r["peak_rss_mb"]), "train_tokens": r["train_tokens"]})
+        return {"megabytes": round(big.stat().st_size / 1e6, 1), "first_run": runs[0], "cached_run": runs[1]}
+
+
+# ---------------------------------------------------------------- nanoGPT
+
+class NanoGPT:
+    """nanoGPT's unmodified files in a scratch folder, with its data prepared as its README says."""
+
+    def __init__(self, anchor: Path, scratch: Path, env: dict):
+        self.anchor, self.dir, self.env = anchor, scratch / "nano", env
+        self.dir.mkdir(parents=True)
+        for name in ("model.py", "train.py", "configurator.py"):
+            shutil.copy(anchor / name, self.dir / name)
+        done = subprocess.run([sys.executable, str(anchor / "prepare_bpe.py"), "1024"], capture_output=True,
+                              text=True, env={**env, "NANOGPT_DIR": str(self.dir),
+                                              "CORPUS": str(ROOT / "data" / "tinyshakespeare.txt")})
+        if done.returncode != 0:
+            raise SystemExit(f"bench: nanoGPT data preparation failed:\n{done.stderr}")
+        found = re.search(r"val_chars_per_token=([\d.]+)", done.stdout)
+        text = (ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
+        val = text[int(len(text) * 0.9):]
+        # bytes per token of its validation split (chars per token x bytes per char)
+        self.val_bytes_per_token = float(found[1]) * len(val.encode("utf-8")) / len(val)
+
+    def train(self, extra: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+        command = [sys.executable, "train.py", "--dataset=shakespeare_bpe1024", *NANO_SHAPE, *extra,
+                   f"--out_dir={self.dir / 'out'}"]
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, cwd=self.dir, env=self.env)
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"bench: nanoGPT train.py failed:\n{done.stderr[-3000:]}")
+        return done, wall
+
+    def train_tokens_per_s(self, iters: int, bias: bool) -> float:
+        """Steady state: the median iteration time after the first ten (64 x 32 tokens each)."""
+        done, _ = self.train(["--bias=" + str(bias), f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+                              "--eval_interval=100000", "--eval_iters=1", "--log_interval=1",
+                              "--always_save_checkpoint=False", "--learning_rate=1e-3", "--warmup_iters=10"])
+        times = [float(t) for t in re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", done.stdout, re.M)
+                 for t in [t[1]]][10:]
+        return 64 * 32 / (statistics.median(times) / 1000)
+
+    def full_run(self) -> dict:
+        """Its README's 2,000-iteration run: wall time and the final validation loss."""
+        done, wall = self.train(NANO_RECIPE)
+        losses = re.findall(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)", done.stdout, re.M)
+        step, _, val = losses[-1]
+        return {"wall_s": round(wall, 1), "steps": int(step), "val_loss": float(val),
+                "val_bpb": round(float(val) / math.log(2) / self.val_bytes_per_token, 4)}
+
+    def model(self, vocab_size: int):
+        sys.path.insert(0, str(self.anchor))
+        try:
+            from model import GPT, GPTConfig  # nanoGPT's model.py
+        finally:
+            sys.path.remove(str(self.anchor))
+        torch.manual_seed(0)
+        return GPT(GPTConfig(block_size=32, vocab_size=vocab_size, n_layer=4, n_head=4, n_embd=128,
+                             dropout=0.0, bias=True)).eval()
+
+
+def nanogpt_sampling(model, new_tokens: int, repeats: int = 3) -> float:
+    """nanoGPT's `GPT.generate` at batch 1 from one token, temperature 1: tokens/s, best of `repeats`."""
+    best = math.inf
+    with torch.no_grad():
+        model.generate(torch.zeros(1, 1, dtype=torch.long), 16)
+        for _ in range(repeats):
+            started = time.perf_counter()
+            model.generate(torch.zeros(1, 1, dtype=torch.long), new_tokens, temperature=1.0)
+            best = min(best, time.perf_counter() - started)
+    return new_tokens / best
+
+
+# ---------------------------------------------------------------- the report
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-c", "--config", default=None, help="config file (default: configs/default.toml)")
-    parser.add_argument("--run", default=None, help="trained run folder for the sampling figures "
-                                                   "(default: a freshly initialised model; speed does not depend on the weights)")
+    parser.add_argument("-c", "--config", default=None, help="minigpt config (default: configs/default.toml)")
+    parser.add_argument("--nanogpt", type=Path, default=None,
+                        help="nanoGPT's files (shared/anchors/nanogpt): measure it side by side")
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the full training runs, the startup timing and the 100 MB text")
     parser.add_argument("--train-steps", type=int, default=30, help="timed training steps per variant")
-    parser.add_argument("--new-tokens", type=int, default=1000, help="tokens generated per sampling variant")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--new-tokens", type=int, default=1000, help="tokens generated per sampling run")
+    parser.add_argument("--large-mb", type=int, default=100, help="size of the generated large text")
+    parser.add_argument("--json-out", type=Path, default=ROOT / "runs" / "bench.json",
+                        help="where the JSON report goes (default: runs/bench.json)")
     args = parser.parse_args()
 
-    cfg = load_config(args.config)
-    corpus = load_corpus(cfg)
-    all_threads = torch.get_num_threads()
-    report = {"machine": machine(), "config": cfg.source,
-              "model": {"parameters": None, "vocab_size": corpus.tokenizer.vocab_size,
-                        "tokens_per_step": cfg.train.batch_size * cfg.model.context}}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    scratch = Path(tempfile.mkdtemp(prefix="minigpt-bench-"))
+    env.setdefault("MINIGPT_CACHE", str(scratch / "cache"))
+    os.environ["MINIGPT_CACHE"] = env["MINIGPT_CACHE"]
+    threads = torch.get_num_threads()
+    report: dict = {"machine": machine(), "config": args.config or "configs/default.toml", "rows": []}
+    rows = report["rows"]
 
-    train = {}
-    for threads in sorted({1, all_threads}):
-        train[f"threads_{threads}"] = round(train_tokens_per_s(cfg, corpus, threads, args.train_steps), 1)
-    torch.set_num_threads(all_threads)
-    train["thread_speedup"] = round(train[f"threads_{all_threads}"] / train["threads_1"], 3)
-    report["train_tokens_per_s"] = train
+    def row(name: str, minigpt: float | None, nanogpt: float | None, unit: str, target: str, better: str = "higher"):
+        r = {"figure": name, "minigpt": minigpt, "nanogpt": nanogpt, "unit": unit,
+             "ratio": ratio(minigpt, nanogpt) if better == "higher" else ratio(nanogpt, minigpt), "target": target}
+        rows.append(r)
+        print(f"  {name}: minigpt {minigpt} {unit}" + (f", nanoGPT {nanogpt}, x{r['ratio']}" if nanogpt else ""),
+              file=sys.stderr, flush=True)
 
-    if args.run:
-        model, tokenizer = load_model(cfg, Path(args.run))
-    else:
+    try:
+        report["matmul_gflops"] = {"float32": round(matmul_peak(torch.float32)),
+                                   "bfloat16": round(matmul_peak(torch.bfloat16))}
+        nano = NanoGPT(args.nanogpt.resolve(), scratch, env) if args.nanogpt else None
+
+        # training throughput at the comparison shape
+        shape = load_config(args.config, SHAPE)
+        corpus = load_corpus(shape)
+        default_precision = shape.train.precision
+        fast = train_tokens_per_s(shape, corpus, threads, args.train_steps)
+        fp32 = train_tokens_per_s(load_config(args.config, SHAPE + ['train.precision="float32"']), corpus,
+                                  threads, args.train_steps)
+        torch.set_num_threads(threads)
+        nano_train = nano.train_tokens_per_s(60, bias=True) if nano else None
+        nano_train_nobias = nano.train_tokens_per_s(60, bias=False) if nano else None
+        row(f"train tokens/s at the shape (precision {default_precision})", round(fast), round(nano_train or 0) or None,
+            "tokens/s", ">= 2.5x")
+        row("train tokens/s at the shape, float32", round(fp32), round(nano_train or 0) or None, "tokens/s", "")
+        if nano_train_nobias:
+            report["nanogpt_train_tokens_per_s_bias_off"] = round(nano_train_nobias)
+        probe = MiniGPT(shape.model, corpus.tokenizer.vocab_size)
+        flops = training_flops_per_token(probe)
+        peak = report["matmul_gflops"]["bfloat16" if "bfloat16" in default_precision or
+                                       default_precision == "auto" and report["machine"]["cpu_bfloat16"]
+                                       else "float32"]
+        report["mfu"] = {"flops_per_token": flops, "minigpt": round(fast * flops / (peak * 1e9), 4),
+                         "minigpt_float32": round(fp32 * flops / (report["matmul_gflops"]["float32"] * 1e9), 4),
+                         "nanogpt": round(nano_train * flops / (report["matmul_gflops"]["float32"] * 1e9), 4)
+                         if nano_train else None}
+
+        # sampling at batch 1
+        default = load_config(args.config)
         torch.manual_seed(0)
-        model, tokenizer = MiniGPT(cfg.model, corpus.tokenizer.vocab_size).eval(), corpus.tokenizer
-    report["model"]["parameters"] = model.num_parameters()
-    with torch.inference_mode():
-        report["sample_batch1"] = bench_sampling(model, tokenizer, new_tokens=args.new_tokens)
-        # Where the cache can help: the tokens generated while the window is still filling.
-        report["sample_batch1_window_filling"] = bench_sampling(model, tokenizer, new_tokens=model.context - 1)
+        model = MiniGPT(shape.model, corpus.tokenizer.vocab_size).eval()
+        sampling = bench_sampling(model, corpus.tokenizer, new_tokens=args.new_tokens)
+        report["sampling"] = sampling
+        nano_sample = nanogpt_sampling(nano.model(corpus.tokenizer.vocab_size), args.new_tokens) if nano else None
+        row("sample tokens/s, batch 1, 1,000 new tokens", sampling["with_kv_cache_tokens_per_s"],
+            round(nano_sample, 1) if nano_sample else None, "tokens/s", ">= 3x")
 
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return
+        if not args.quick:
+            run = scratch / "default-run"
+            mini_full = minigpt_full_run(args.config, run, env)
+            report["minigpt_full_run"] = mini_full
+            nano_full = nano.full_run() if nano else None
+            report["nanogpt_full_run"] = nano_full
+            row("time to quality: wall time of the default run", mini_full["wall_s"],
+                nano_full["wall_s"] if nano_full else None, "s", "<= 1/3 (x >= 3)", better="lower")
+            row("time to quality: final validation bits/byte", mini_full["val_bpb"],
+                nano_full["val_bpb"] if nano_full else None, "bits/byte", "<= 2.205", better="lower")
+            s = startup(run, env)
+            report["startup"] = s
+            row("`minigpt sample -p ROMEO: -n 200` vs `python -c 'import torch'`", s["minigpt_sample_s"],
+                s["import_torch_s"], "s", "<= 1.15x", better="lower")
+            report["large_text"] = large_text(args.large_mb, env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print_table(report, default_config=default.source)
+    print(f"\n(JSON: {args.json_out})")
+
+
+def print_table(report: dict, default_config: str) -> None:
     m = report["machine"]
-    s = report["sample_batch1"]
-    print(f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {all_threads} threads, python {m['python']}")
-    print(f"model: {report['model']['parameters']:,} parameters, vocab {report['model']['vocab_size']}, "
-          f"{report['model']['tokens_per_step']} tokens/step ({cfg.source})")
-    print(f"train: {train['threads_1']:,.0f} tokens/s on 1 thread, {train[f'threads_{all_threads}']:,.0f} on "
-          f"{all_threads} (x{train['thread_speedup']})")
-    print(f"sample (batch 1, {s['new_tokens']} new tokens, context {s['context']}): "
-          f"{s['with_kv_cache_tokens_per_s']:,.0f} tokens/s with KV cache, "
-          f"{s['without_kv_cache_tokens_per_s']:,.0f} without (x{s['speedup']}); same tokens: {s['same_tokens']}")
-    f = report["sample_batch1_window_filling"]
-    print(f"sample while the window fills (batch 1, first {f['new_tokens']} new tokens): "
-          f"{f['with_kv_cache_tokens_per_s']:,.0f} tokens/s with KV cache, "
-          f"{f['without_kv_cache_tokens_per_s']:,.0f} without (x{f['speedup']}); same tokens: {f['same_tokens']}")
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, torch {m['torch']}, "
+          f"{m['torch_threads']} threads, python {m['python']}, CPU bfloat16: {m['cpu_bfloat16']}"
+          + (f", GPU {m['cuda']}" if m["cuda"] else ""))
+    mm = report["matmul_gflops"]
+    print(f"matmul peak: float32 {mm['float32']} GFLOP/s, bfloat16 {mm['bfloat16']} GFLOP/s")
+    mfu = report["mfu"]
+    print(f"training FLOPs/token {mfu['flops_per_token']:,}; MFU minigpt {mfu['minigpt']:.1%} "
+          f"(float32 path {mfu['minigpt_float32']:.1%})"
+          + (f", nanoGPT {mfu['nanogpt']:.1%} of the float32 peak" if mfu["nanogpt"] else ""))
+    print()
+    w = max(len(r["figure"]) for r in report["rows"])
+    print(f"{'figure':<{w}}  {'minigpt':>10}  {'nanoGPT':>10}  {'ratio':>7}  target")
+    for r in report["rows"]:
+        n = "" if r["nanogpt"] is None else r["nanogpt"]
+        x = "" if r["ratio"] is None else f"x{r['ratio']}"
+        print(f"{r['figure']:<{w}}  {r['minigpt']:>10}  {n:>10}  {x:>7}  {r['target']}")
+    if "large_text" in report:
+        lt = report["large_text"]
+        a, b = lt["first_run"], lt["cached_run"]
+        print(f"\n{lt['megabytes']} MB text: first run prepares in {a['prepare_s']} s (peak {a['peak_rss_mb']} MB); "
+              f"with the cache the first step is done {b['first_step_after_launch_s']} s after launch "
+              f"({b['first_step_after_imports_s']} s after imports, peak {b['peak_rss_mb']} MB)")
+    if "minigpt_full_run" in report:
+        f = report["minigpt_full_run"]
+        print(f"default run ({default_config}): {f['steps']} steps, {f['wall_s']} s wall "
+              f"({f['train_loop_s']} s in the loop), val {f['val_loss']} nats/token = {f['val_bpb']} bits/byte")
+    if report.get("nanogpt_full_run"):
+        f = report["nanogpt_full_run"]
+        print(f"nanoGPT 2,000 iterations: {f['wall_s']} s wall, val {f['val_loss']} nats/token = {f['val_bpb']} bits/byte")
 
 
 if __name__ == "__main__":

@@ -135,3 +135,28 @@ def _valid_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64, 1 << 20])
+def test_line_chunks_cut_only_at_line_ends_and_lose_nothing(size):
+    from minigpt.tokenizer import line_chunks
+
+    text = "ROMEO:\r\nBut soft!\n\n\nWhat light\u2028through\x0cyonder\rwindow\nbreaks\n" * 3 + "no newline at the end"
+    pieces = list(line_chunks(text, size))
+    assert "".join(pieces) == text
+    assert all(piece.endswith("\n") for piece in pieces[:-1])
+    assert [line for piece in pieces for line in piece.splitlines(keepends=True)] == text.splitlines(keepends=True)
+    assert list(line_chunks("", size)) == []
+
+
+def test_a_text_encoded_in_pieces_gives_the_ids_of_the_whole(tmp_path):
+    import numpy as np
+
+    from minigpt import data
+
+    text = "".join(f"line {i}: é日 the quick brown fox\n" for i in range(500))
+    tokenizer = TextTokenizer(train_tokenizer("bpe", 300, text))
+    seen = []
+    ids = data._encode(tokenizer, text, seen.append)
+    assert ids.dtype == np.uint16 and ids.tolist() == tokenizer.encode(text)
+    assert sum(seen) == len(text)

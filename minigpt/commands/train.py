@@ -37,7 +37,8 @@ def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], st
     cfg = load_config(config, overrides, flags({"train.data": str(data) if data else None,
                                                 "train.out": str(out) if out else None,
                                                 "train.steps": steps}))
-    session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message))
+    session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
+                    progress=lambda label, total: _progress(quiet, label, total))
     run_dir = cfg.run_dir
     if session.finished:
         say(f"run in {run_dir} already finished {session.step} steps; nothing to do", quiet)
@@ -137,6 +138,22 @@ def _transient(quiet: bool, message: str) -> Iterator[None]:
         if show:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+
+# Texts shorter than this are prepared in a few seconds: the transient status line is enough.
+PROGRESS_FROM_CHARACTERS = 5_000_000
+
+
+@contextmanager
+def _progress(quiet: bool, label: str, total: int) -> Iterator:
+    """A progress bar over the characters of a large text while it is tokenized."""
+    if quiet or total < PROGRESS_FROM_CHARACTERS:
+        yield lambda n: None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=label, unit="char", unit_scale=True, dynamic_ncols=True, leave=False) as bar:
+        yield bar.update
 
 
 def _seconds(seconds: float) -> str:
