@@ -79,13 +79,17 @@ class TrainConfig:
     out: str = _spec("", "run folder; empty means runs/<config name> under the current directory")
     val_fraction: float = _spec(0.1, "contiguous tail of the text kept for validation", positive=True,
                                 maximum=1.0, exclusive_max=True)
-    batch_size: int = _spec(32, "windows per optimizer micro-step", minimum=1)
+    batch_size: int = _spec(64, "windows per optimizer micro-step", minimum=1)
     grad_accum: int = _spec(1, "micro-steps accumulated per optimizer step", minimum=1)
-    steps: int = _spec(2000, "optimizer steps", minimum=1)
+    steps: int = _spec(750, "optimizer steps", minimum=1)
     learning_rate: float = _spec(3e-3, "peak learning rate", positive=True)
     min_lr: float = _spec(1e-4, "learning rate at the end of the cosine decay", minimum=0.0)
     warmup_steps: int = _spec(100, "linear warmup steps", minimum=0)
-    weight_decay: float = _spec(0.1, "AdamW weight decay, applied to matrices only", minimum=0.0)
+    optimizer: str = _spec("muon", "adamw for every parameter, or muon for the blocks' weight matrices with "
+                           "AdamW for the tables, head, gains and biases", choices=("adamw", "muon"))
+    muon_learning_rate: float = _spec(0.02, "peak learning rate of Muon (optimizer = muon), on the same schedule",
+                                      positive=True)
+    weight_decay: float = _spec(0.1, "decoupled weight decay, applied to matrices only", minimum=0.0)
     beta1: float = _spec(0.9, "AdamW beta1", minimum=0.0, maximum=1.0, exclusive_max=True)
     beta2: float = _spec(0.99, "AdamW beta2", minimum=0.0, maximum=1.0, exclusive_max=True)
     grad_clip: float = _spec(1.0, "clip the global gradient norm to this (0 disables)", minimum=0.0)
@@ -96,7 +100,8 @@ class TrainConfig:
     seed: int = _spec(1337, "seed for initialisation, batches and dropout")
     device: str = _spec("auto", "where train, sample and trace compute; auto picks cuda, then mps, else cpu",
                         choices=("auto", "cpu", "cuda", "mps"))
-    threads: int = _spec(0, "CPU threads for torch in every command (0 keeps torch's default)", minimum=0)
+    threads: int = _spec(0, "CPU threads for torch in every command (0: one per core for training, one for "
+                         "sampling a single sample and for trace)", minimum=0)
     precision: str = _spec("auto", "matmul precision while training: auto (bfloat16 where the hardware has it, "
                            "else float32), float32 or bfloat16; weights stay float32", choices=("auto", "float32", "bfloat16"))
 

@@ -11,6 +11,10 @@ table the model reads a sliding window of the last `context` tokens, recomputed 
 value stays valid); with `slide=False` generation stops once the text fills the table, as the
 book's Mini GPT does. No forward pass ever sees more than `context` positions.
 
+Those full recomputes (and every step with `use_cache=False`) go through the folded model
+(fastpath.py: the same model up to float32 rounding, with the norms folded into the matrices and
+only the rows sampling reads) wherever it applies; `fast_path=False` keeps the model itself.
+
 Pieces, from pure to plumbing:
     filter_logits, next_token_distribution, choose     one step's distribution and choice
     generate -> Generation                              iterate Steps; then `.stop_reason`
@@ -26,6 +30,7 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from .fastpath import FoldedModel, supports
 from .model import KVCache, MiniGPT, check_context, check_token_ids
 
 
@@ -89,12 +94,24 @@ class Generation:
 
     def __init__(self, model: MiniGPT, prompt: Tensor, max_new_tokens: int, temperature: float,
                  top_k: int, top_p: float, greedy: bool, generator: torch.Generator | None,
-                 use_cache: bool, slide: bool):
+                 use_cache: bool, slide: bool, fast_path: bool = True):
         self.model, self.prompt = model, prompt
         self.max_new_tokens = max_new_tokens
         self.temperature, self.top_k, self.top_p, self.greedy = temperature, top_k, top_p, greedy
         self.generator, self.use_cache, self.slide = generator, use_cache, slide
         self.stop_reason: str | None = None
+        self._foldable = fast_path and supports(model)
+        self._folded: FoldedModel | None = None
+
+    def _recompute(self, window: Tensor) -> Tensor:
+        """[B, T <= context] ids -> [B, V] scores of the last position, with no cache. The folded
+        model is built at the first full recompute, from the weights as they are then (a few ms,
+        once per Generation, so a model trained between two generations is never stale)."""
+        if self._folded is None and self._foldable:
+            self._folded = FoldedModel(self.model)
+        if self._folded is not None:
+            return self._folded(window)
+        return self.model(window, last_only=True)[0][:, -1]
 
     def __iter__(self) -> Iterator[Step]:
         model, context = self.model, self.model.context
@@ -114,7 +131,7 @@ class Generation:
                     logits = model(text[:, cache.length:length], cache=cache, last_only=True)[0][:, -1]
                 else:
                     cache = None  # past the table every position moves: recompute the last `context`
-                    logits = model(text[:, max(0, length - context):length], last_only=True)[0][:, -1]
+                    logits = self._recompute(text[:, max(0, length - context):length])
                 probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
                 tokens = choose(logits, probs, self.greedy, self.generator)
                 chosen = probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
@@ -127,12 +144,13 @@ class Generation:
 def generate(model: MiniGPT, prompt_ids: Sequence[int] | Tensor, max_new_tokens: int, *,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
              generator: torch.Generator | None = None, num_samples: int = 1, use_cache: bool = True,
-             slide: bool = True) -> Generation:
+             slide: bool = True, fast_path: bool = True) -> Generation:
     """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) for up to `max_new_tokens` tokens, as
     `num_samples` rows of one batch (a [T] prompt is repeated; a [B, T] one is taken as it is).
 
     `generator` (on the model's device) makes sampling reproducible without touching the global RNG.
     `use_cache=False` recomputes the whole window every step: the reference the KV cache must match.
+    `fast_path=False` makes every full recompute call the model itself instead of the folded model.
     The model should be in eval mode (dropout would make every run differ).
     """
     device = next(model.parameters()).device
@@ -149,7 +167,7 @@ def generate(model: MiniGPT, prompt_ids: Sequence[int] | Tensor, max_new_tokens:
                   "larger [model] context")
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
     return Generation(model, prompt.contiguous(), max_new_tokens, temperature, top_k, top_p, greedy,
-                      generator, use_cache, slide)
+                      generator, use_cache, slide, fast_path)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -183,7 +183,10 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # W_O
         self.dropout = cfg.dropout
 
-    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None,
+                last_only: bool = False) -> Tensor:
+        """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
+        which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
         # qkv: [B, T, 3C]; split into heads: [B, T, C] -> [B, H, T, d], head h reads coordinates h*d .. (h+1)*d - 1
         q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2)
@@ -193,6 +196,8 @@ class CausalSelfAttention(nn.Module):
             past = cache.length
             k, v = cache.extend(k, v)  # [B, H, S, d]: the cached keys and values, then these T
         S = k.shape[2]  # keys visible in total: the cached ones plus these T
+        if last_only:  # one query, the last position: it may read every key, so no mask is needed
+            q, past, T = q[:, :, -1:], S - 1, 1
         p = self.dropout if self.training else 0.0
         # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
         # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
@@ -268,21 +273,25 @@ class Block(nn.Module):
         self.norm2 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None,
+                last_only: bool = False) -> Tensor:
         """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
-        recorded order is the computation order, which PRE_NORM_STAGES / POST_NORM_STAGES name."""
+        recorded order is the computation order, which PRE_NORM_STAGES / POST_NORM_STAGES name.
+        `last_only` (sampling's last block): every row feeds the keys and values, but only the last
+        row goes on through the residual and the FFN, so T = 1 from `attention` on."""
         tap = recorder.record if recorder is not None else _untapped
+        stream = x[:, -1:] if last_only else x  # the rows that continue past attention
         if self.pre_norm:  # chapter 17.5
             norm1 = tap("norm1", self.norm1(x))                                   # [B, T, C]
-            attention = tap("attention", self.attention(norm1, recorder, cache))  # [B, T, C]
-            residual1 = tap("residual1", residual(x, attention))                  # [B, T, C]
+            attention = tap("attention", self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
+            residual1 = tap("residual1", residual(stream, attention))             # [B, T, C]
             norm2 = tap("norm2", self.norm2(residual1))                           # [B, T, C]
             hidden = tap("hidden", self.ffn.hidden(norm2))                        # [B, T, F]
             ffn = tap("ffn", self.ffn.project(hidden))                            # [B, T, C]
             return tap("output", residual(residual1, ffn))                        # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-        attention = tap("attention", self.attention(x, recorder, cache))          # [B, T, C]
-        residual1 = tap("residual1", residual(x, attention))                      # [B, T, C]
+        attention = tap("attention", self.attention(x, recorder, cache, last_only))  # [B, T, C]
+        residual1 = tap("residual1", residual(stream, attention))                 # [B, T, C]
         norm1 = tap("norm1", self.norm1(residual1))                               # [B, T, C]
         hidden = tap("hidden", self.ffn.hidden(norm1))                            # [B, T, F]
         ffn = tap("ffn", self.ffn.project(hidden))                                # [B, T, C]
@@ -328,8 +337,9 @@ class MiniGPT(nn.Module):
     def forward(self, ids: Tensor, targets: Tensor | None = None, recorder: Recorder | None = None,
                 cache: KVCache | None = None, last_only: bool = False) -> tuple[Tensor, Tensor | None]:
         """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given.
-        `last_only` computes the final norm and the head for the last position alone ([B, 1, V]):
-        all that sampling reads, and the head is the widest matrix in a small model."""
+        `last_only` computes the last block past its attention, the final norm and the head for the
+        last position alone ([B, 1, V]): all that sampling reads (every block's keys and values are
+        still computed for every position)."""
         if last_only and targets is not None:
             raise ValueError("last_only computes one position's logits; the loss needs all of them")
         start = cache.length if cache is not None else 0
@@ -340,10 +350,11 @@ class MiniGPT(nn.Module):
         positions = torch.arange(start, start + T, device=ids.device)
         x = self.token_table(ids) + self.position_table(positions)  # [B, T, C] + [T, C]
         x = tap("input", F.dropout(x, self.cfg.dropout, self.training))
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x = block(x, recorder.scoped(f"blocks.{i}") if recorder is not None else None,
-                      cache.layers[i] if cache is not None else None)
-        final = tap("final_norm", self.final_norm(x[:, -1:] if last_only else x))  # [B, T or 1, C]
+                      cache.layers[i] if cache is not None else None, last_only and i == last)
+        final = tap("final_norm", self.final_norm(x))                               # [B, T or 1, C]
         logits = tap("logits", self.head(final))                                   # [B, T or 1, V]
         loss = None
         if targets is not None:  # in float32 at least, whatever precision the matmuls ran in

@@ -244,9 +244,8 @@ def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu") ->
     if tokenizer.vocab_size != payload["vocab_size"]:
         raise MinigptError(f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
                            f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it")
-    with torch.device("meta"):  # no memory and no random init for weights that are replaced at once
-        model = MiniGPT(model_config, payload["vocab_size"])
-    model.load_state_dict(payload["model"], assign=True)
-    if model_config.tie_embeddings:  # assign replaced both names by tensors; one parameter again
-        model.head.weight = model.token_table.weight
+    # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
+    # use imports a second of torch machinery, more than the init costs at this size.
+    model = MiniGPT(model_config, payload["vocab_size"])
+    model.load_state_dict(payload["model"])
     return model.to(device).eval(), tokenizer

@@ -29,6 +29,7 @@ from . import run as run_folder
 from .config import Config
 from .data import Batches, Corpus, load_corpus
 from .device import autocast, pick_device, pick_precision, use_threads
+from .errors import MinigptError
 from .events import CheckpointDue, EvalDone, Listener, StepDone, StopRequested
 from .model import MiniGPT
 
@@ -43,15 +44,57 @@ def learning_rate(step: int, cfg) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
-def make_optimizer(model: MiniGPT, cfg) -> torch.optim.AdamW:
+def _adamw(params: list, cfg) -> torch.optim.AdamW:
     """Weight decay on matrices (dim >= 2: linear weights, token and position tables) only;
     biases and norm gains are not pulled towards zero."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
+
+
+class Optimizers:
+    """Several optimizers stepped, cleared, saved and restored as one (Muon beside AdamW)."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [optimizer.state_dict() for optimizer in self.optimizers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+
+
+def make_optimizer(model: MiniGPT, cfg) -> torch.optim.Optimizer | Optimizers:
+    """`adamw`: AdamW for everything. `muon`: Muon (momentum, then each update orthogonalised by
+    Newton-Schulz iterations) for the weight matrices inside the blocks, whose updates it keeps
+    well spread across directions; AdamW for the two tables, the head, gains and biases."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "adamw":
+        return _adamw(params, cfg)
+    if not hasattr(torch.optim, "Muon"):
+        raise MinigptError(f"[train] optimizer = \"muon\" needs torch 2.9 or newer (this is {torch.__version__}); "
+                           f"upgrade torch, or use --set train.optimizer=adamw")
+    in_blocks = {id(p) for name, p in model.blocks.named_parameters() if p.dim() == 2}
+    matrices = [p for p in params if id(p) in in_blocks]
+    muon = torch.optim.Muon(matrices, lr=cfg.muon_learning_rate, weight_decay=cfg.weight_decay,
+                            adjust_lr_fn="match_rms_adamw")
+    for group in muon.param_groups:
+        group["peak_lr"] = cfg.muon_learning_rate  # follows the schedule in proportion
+    return Optimizers(muon, _adamw([p for p in params if id(p) not in in_blocks], cfg))
 
 
 def rng_states(generator: torch.Generator) -> dict[str, Any]:
@@ -109,7 +152,7 @@ class Session:
     corpus: Corpus
     device: str
     model: MiniGPT
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | Optimizers
     generator: torch.Generator  # draws the training batches
     train_batches: Batches
     val_windows: list
@@ -236,8 +279,8 @@ class Trainer:
         clip, step. Returns (mean loss in nats/token, learning rate)."""
         s, tc = self.session, self.session.cfg.train
         lr = learning_rate(s.step, tc)
-        for group in s.optimizer.param_groups:
-            group["lr"] = lr
+        for group in s.optimizer.param_groups:  # AdamW takes the schedule as is, Muon in proportion
+            group["lr"] = lr if "peak_lr" not in group else group["peak_lr"] * lr / tc.learning_rate
         total = 0.0
         for _ in range(tc.grad_accum):
             x, y = s.train_batches.sample(s.generator)

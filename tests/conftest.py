@@ -28,6 +28,7 @@ kind = "char"
 
 [train]
 data = "tiny.txt"
+optimizer = "adamw"
 batch_size = 4
 steps = 20
 learning_rate = 3e-3

@@ -427,6 +427,19 @@ def test_residual_add_refuses_broadcasting():
     assert torch.equal(residual(stream + 1, same), torch.full((2, 5, 16), 1.5))
 
 
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_last_only_with_a_cache_fills_the_cache_and_gives_the_full_forwards_logits(norm_position):
+    model = randomised(small_config(norm_position=norm_position))
+    ids = random_ids(2, 7)
+    full = fast(model, ids)
+    cache = KVCache(len(model.blocks), model.context)
+    with torch.no_grad():
+        first, _ = model(ids[:, :5], cache=cache, last_only=True)  # the last block saw all 5 keys...
+        second, _ = model(ids[:, 5:], cache=cache, last_only=True)  # ...so the next ones can read them
+    assert cache.length == 7
+    assert max_diff(first, full[:, 4:5]) <= 1e-12 and max_diff(second, full[:, -1:]) <= 1e-12
+
+
 def test_last_only_gives_the_last_positions_logits_of_the_full_forward():
     model = randomised(small_config())
     ids = random_ids(2, 7)

@@ -516,3 +516,47 @@ def test_the_time_estimate_leaves_the_runs_numbers_untouched(cli, tiny_config, t
     assert "about " in shown.stderr
     a, b = (torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"] for name in ("quiet", "shown"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ----------------------------------------------------------------------------------------------
+# Muon beside AdamW
+
+def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
+    from minigpt.train import Optimizers
+
+    cfg = load_config(tiny_config, ['train.optimizer="muon"'])
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, 20)
+    optimizer = make_optimizer(model, cfg.train)
+    assert isinstance(optimizer, Optimizers)
+    muon, adamw = optimizer.optimizers
+    names = {id(p): n for n, p in model.named_parameters()}
+    in_muon = {names[id(p)] for g in muon.param_groups for p in g["params"]}
+    in_adamw = {names[id(p)] for g in adamw.param_groups for p in g["params"]}
+    assert in_muon == {n for n, p in model.named_parameters() if n.startswith("blocks.") and p.dim() == 2}
+    assert in_muon | in_adamw == set(names.values()) and not in_muon & in_adamw
+    assert {"token_table.weight", "position_table.weight", "head.weight"} <= in_adamw
+
+
+def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_config):
+    from minigpt.data import load_corpus
+    from minigpt.train import Trainer, build
+
+    cfg = load_config(tiny_config, ['train.optimizer="muon"', "train.steps=12"])
+    corpus = load_corpus(cfg)
+    straight = build(cfg, corpus)
+    Trainer(straight).run()
+
+    first = build(cfg, corpus)
+    trainer = Trainer(first)
+    for _ in range(5):
+        trainer.train_step()
+    saved = first.checkpoint(first.step)
+    buffer = __import__("io").BytesIO()
+    torch.save(saved, buffer)  # through the same serialisation a checkpoint file goes through
+    buffer.seek(0)
+    resumed = build(cfg, corpus, payload=torch.load(buffer, weights_only=True))
+    assert resumed.step == 5
+    Trainer(resumed).run()
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name

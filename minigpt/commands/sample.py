@@ -87,7 +87,9 @@ def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     s = cfg.sample
-    use_threads(cfg.train.threads)
+    # One sample at a time is a chain of tiny matmuls: a second thread only adds waiting (and
+    # stalls badly when another process is busy), so `threads = 0` means one thread here.
+    use_threads(cfg.train.threads or (1 if s.num_samples == 1 else 0))
     model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
     text = prompt if prompt else "\n"
     prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw

@@ -24,7 +24,7 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids
         check_display_options(digits, top)
         token_ids = parse_ids(ids) if ids is not None else None
         cfg, run_dir = reading_config(config, run, overrides)
-        use_threads(cfg.train.threads)
+        use_threads(cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
         model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
         if token_ids is None:
             token_ids = prompt_ids(tokenizer, prompt)
