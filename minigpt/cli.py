@@ -92,11 +92,21 @@ def trace(
     top: int = typer.Option(5, "--top", help="Next-token candidates shown."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole trace as one JSON object with full rows."),
     overrides: SetOption = None,
+    scale: Optional[List[str]] = typer.Option(None, "--scale", help="Multiply a sublayer's update: B.attention=K or B.ffn=K (B: block or all; 0 removes it). Repeatable."),
+    replace_residual: Optional[List[str]] = typer.Option(None, "--replace-residual", help="Broken mode for block B (or all): residual1 = attention, output = ffn, instead of the sums."),
+    ablate_head: Optional[List[str]] = typer.Option(None, "--ablate-head", help="Zero head H's contribution in block B: B.H. Repeatable."),
+    set_input: Optional[str] = typer.Option(None, "--set-input", help="Replace the traced position's block-0 input row, e.g. \"2,2,2,2\" (model width numbers)."),
+    at_position: bool = typer.Option(False, "--at-position", help="Apply --scale, --replace-residual and --ablate-head at the traced position only (default: every position)."),
+    compare_passes: bool = typer.Option(False, "--compare", help="Show the unmodified and the modified pass side by side, with norms, changes and the KL divergence of the next-token distributions."),
 ) -> None:
-    """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output."""
+    """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
+
+    Interventions (--scale, --replace-residual, --ablate-head, --set-input) change stages of the same forward pass; --compare shows what follows from them.
+    """
     from .commands import trace as command
 
-    command.main(config, run, prompt, ids, position, block, digits, top, as_json, overrides or [])
+    command.main(config, run, prompt, ids, position, block, digits, top, as_json, overrides or [],
+                 scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ ids, corpus: `check_token_ids`), and the only check inside is the context length
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -71,22 +72,39 @@ class ResidualShapeError(ValueError):
     """A residual add whose operands differ in shape (chapter 17.2: no broadcasting)."""
 
 
+Replacement = Callable[[Tensor, dict[str, Tensor]], Tensor]
+
+
 class Recorder:
     """Named stages of one forward pass: `input`, `blocks.{i}.{stage}`, `blocks.{i}.attention_weights`,
-    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached, in the order computed."""
+    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached, in the order computed.
 
-    def __init__(self, prefix: str = "", stages: dict[str, Tensor] | None = None):
+    A tap as well as a record: `replacements` maps a full stage name to a function of (the value
+    the pass computed, the stages recorded so far) that returns what the pass continues with, so
+    an intervention runs through the model's own forward pass. `blocks.{i}.heads` ([B, H, T, d],
+    each head's mixed values before W_O) can be replaced but is not recorded."""
+
+    def __init__(self, prefix: str = "", stages: dict[str, Tensor] | None = None,
+                 replacements: dict[str, Replacement] | None = None):
         self.prefix = prefix
         self.stages: dict[str, Tensor] = {} if stages is None else stages
+        self.replacements: dict[str, Replacement] = {} if replacements is None else replacements
+
+    def modify(self, name: str, value: Tensor) -> Tensor:
+        """`value`, or what a replacement for this stage makes of it."""
+        replace = self.replacements.get(self.prefix + name)
+        return value if replace is None else replace(value, self.stages)
 
     def record(self, name: str, value: Tensor) -> Tensor:
-        """Keep `value` under `name` and hand it back, so the forward pass reads `x = tap(name, f(...))`."""
+        """Keep `value` (or its replacement) under `name` and hand it back, so the forward pass reads
+        `x = tap(name, f(...))`."""
+        value = self.modify(name, value)
         self.stages[self.prefix + name] = value.detach()
         return value
 
     def scoped(self, prefix: str) -> "Recorder":
-        """A view that writes into the same dict under `prefix.`"""
-        return Recorder(self.prefix + prefix + ".", self.stages)
+        """A view that writes into the same dict under `prefix.`, with the same replacements."""
+        return Recorder(self.prefix + prefix + ".", self.stages, self.replacements)
 
     def __getitem__(self, name: str) -> Tensor:
         return self.stages[name]
@@ -217,6 +235,8 @@ class CausalSelfAttention(nn.Module):
             if recorder is not None:
                 recorder.record("attention_weights", weights)
             mixed = F.dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
+        if recorder is not None:
+            mixed = recorder.modify("heads", mixed)  # e.g. one head ablated
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
         return F.dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
 

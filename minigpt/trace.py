@@ -13,12 +13,14 @@ trace_text.py lays the same data out as tables for a terminal.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Any
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
 
 import torch
 
 from .errors import MinigptError
+from .interventions import Intervention, replacements
 from .model import MiniGPT, Recorder, check_context, check_token_ids
 from .tokenizer import TextTokenizer
 
@@ -109,9 +111,43 @@ class Trace:
     blocks: list[BlockTrace]
     final_norm: Row
     next_tokens: list[Candidate]
+    interventions: list[str] = field(default_factory=list)  # as applied; in the JSON only when any
+    probabilities: list[float] = field(default_factory=list, repr=False)  # the whole next-token distribution
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["probabilities"]
+        if not self.interventions:
+            del out["interventions"]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+
+@dataclass
+class StageChange:
+    """One stage at the traced position, before and after the interventions."""
+    before: list[float]
+    after: list[float]
+    norm_before: float
+    norm_after: float
+    change: float  # the norm of after - before
+
+
+@dataclass
+class Comparison:
+    """The unmodified and the modified pass of the same prompt, stage by stage at one position."""
+    interventions: list[str]
+    before: Trace
+    after: Trace
+    stages: list[dict[str, StageChange]]  # per shown block: "input" and each stage
+    kl_divergence: float  # KL(before || after) of the two next-token distributions, in nats
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"interventions": self.interventions, "before": self.before.as_dict(),
+                "after": self.after.as_dict(), "kl_divergence": self.kl_divergence,
+                "stages": [{name: asdict(change) for name, change in block.items()} for block in self.stages]}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict())
@@ -128,13 +164,15 @@ def _ranked(tokenizer: TextTokenizer, logits: torch.Tensor, top: int) -> list[Ca
 
 
 def trace_position(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], position: int | None = None,
-                   block: int | None = None, top: int = 5) -> Trace:
-    """Run the model once on `ids` with a recorder and collect what happened at one position."""
+                   block: int | None = None, top: int = 5, interventions: Sequence[Intervention] = (),
+                   only_at_position: bool = False) -> Trace:
+    """Run the model once on `ids` with a recorder and collect what happened at one position;
+    `interventions` change stages of that same pass (at every position, or at the traced one only)."""
     check_ids(model, ids)
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = Recorder()
+    recorder = Recorder(replacements=replacements(list(interventions), model, p, only_at_position))
     was_training = model.training
     model.eval()
     try:
@@ -166,7 +204,33 @@ def trace_position(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], pos
         blocks=blocks,
         final_norm=Row(final[0, p].tolist(), list(final.shape)),
         next_tokens=_ranked(tokenizer, recorder["logits"][0, p], top),
+        interventions=[str(item) for item in interventions],
+        probabilities=torch.softmax(recorder["logits"][0, p].double(), dim=-1).tolist(),
     )
+
+
+def compare(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], interventions: Sequence[Intervention],
+            position: int | None = None, block: int | None = None, top: int = 5,
+            only_at_position: bool = False) -> Comparison:
+    """The same prompt traced without and with `interventions`: each stage's row at the traced
+    position before and after, their norms and the norm of the change, and how far the next-token
+    distribution moved (KL divergence, nats)."""
+    before = trace_position(model, tokenizer, ids, position, block, top)
+    after = trace_position(model, tokenizer, ids, position, block, top, interventions, only_at_position)
+    stages = []
+    for first, second in zip(before.blocks, after.blocks):
+        rows = {"input": (first.input.row, second.input.row)}
+        rows.update({name: (row, second.stages[name]) for name, row in first.stages.items()})
+        stages.append({name: _change(a, b) for name, (a, b) in rows.items()})
+    kl = math.fsum(0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
+                   for p, q in zip(before.probabilities, after.probabilities))
+    return Comparison([str(item) for item in interventions], before, after, stages, kl)
+
+
+def _change(before: list[float], after: list[float]) -> StageChange:
+    def norm(row: list[float]) -> float:
+        return math.sqrt(math.fsum(v * v for v in row))
+    return StageChange(before, after, norm(before), norm(after), norm([b - a for a, b in zip(before, after)]))
 
 
 def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int,

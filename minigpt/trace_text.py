@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from .errors import MinigptError
-from .trace import Trace
+from .trace import Comparison, Trace
 
 WIDTH = 80
 MAX_DIGITS = 15
@@ -183,3 +183,37 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         out.append(label + lines[0])
         out.extend(" " * len(label) + line for line in lines[1:])
     return "\n".join(out)
+
+
+def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -> str:
+    """Both passes side by side, stage by stage at the traced position: the rows (cut to fit),
+    their norms and the norm of the change; then the top next tokens before and after, and the KL
+    divergence between the two next-token distributions."""
+    before, after = result.before, result.after
+    p, tokens = before.position, before.tokens
+    out = _pack([f"comparison at position {p}", f"(token {show_token(tokens[p])}, id {before.ids[p]})",
+                 f"in a prompt of {len(tokens)} token(s)"], width, " ")
+    out += _pack(["interventions:"] + [item + ";" for item in result.interventions[:-1]]
+                 + result.interventions[-1:], width, " ")
+    label_w = max(len("stage"), *(len(name) for block in result.stages for name in block))
+    num_w = max(len("|before|"), digits + 4)
+    room = width - 4 - len("before  ")
+    for entry, block in zip(before.blocks, result.stages):
+        out += ["", f"block {entry.index} of {before.model['n_layer']}: norms before and after, the change's norm, "
+                    f"the rows"]
+        out.append(f"  {'stage':<{label_w}}  {'|before|':>{num_w}}  {'|after|':>{num_w}}  {'|change|':>{num_w}}")
+        for name, change in block.items():
+            out.append(f"  {name:<{label_w}}  {number(change.norm_before, digits):>{num_w}}"
+                       f"  {number(change.norm_after, digits):>{num_w}}  {number(change.change, digits):>{num_w}}")
+            out.append(f"    before  {row_lines(change.before, digits, room)[0]}")
+            out.append(f"    after   {row_lines(change.after, digits, room)[0]}")
+    out += ["", f"next token after position {p}, before and after:"]
+    tok_w = max([5] + [len(show_token(c.token)) for c in before.next_tokens + after.next_tokens])
+    prob_w = max(len("probability"), digits + 2)
+    out.append(f"  {'rank':>4}  {'token':<{tok_w}}  {'probability':>{prob_w}}    {'token':<{tok_w}}  {'probability':>{prob_w}}")
+    for rank, (a, b) in enumerate(zip(before.next_tokens, after.next_tokens), 1):
+        out.append(f"  {rank:>4}  {show_token(a.token):<{tok_w}}  {number(a.probability, digits):>{prob_w}}"
+                   f"    {show_token(b.token):<{tok_w}}  {number(b.probability, digits):>{prob_w}}")
+    out.append(f"KL(before || after) = {number(result.kl_divergence, digits)} nats")
+    return "\n".join(out)
+

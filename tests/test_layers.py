@@ -28,7 +28,8 @@ ALLOWED = {
     "run": {"config", "errors", "events", "io", "model", "tokenizer"},
     "fastpath": {"model"},
     "generate": {"fastpath", "model"},
-    "trace": {"errors", "model", "tokenizer"},
+    "interventions": {"errors", "model"},
+    "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
     "train": {"config", "data", "device", "errors", "events", "model", "run"},
 }
