@@ -141,6 +141,9 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         about[-1] += ","
         about.append("tied head")
     out += _pack(about, width, " ")
+    if trace.get("interventions"):
+        out += _pack(["interventions (the rows below are the modified pass; --set-input replaces the input row):"]
+                     + trace["interventions"], width, " ")
     listed = _pack([f"{i}:{show_token(t)}" for i, t in enumerate(tokens)], width - 9, "  ")
     out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
     legend = _pack(_legend(model), width - 2, " ")

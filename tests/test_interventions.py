@@ -134,3 +134,59 @@ def test_set_input_checks_its_numbers_are_finite():
         torch.manual_seed(0)
         model = MiniGPT(ModelConfig(context=4, n_layer=1, n_head=1, n_embd=2, ffn_hidden=4), 3)
         replacements([SetInput((1.0, float("inf")))], model, position=0)
+
+
+# ------------------------------------------------------------------ the lesson's four experiments
+
+LESSON = ["-c", str(REPO / "configs" / "lesson09.toml"), "--ids", "0,1,2"]
+
+
+def lesson_json(*args: str) -> dict:
+    result = CliRunner().invoke(app, ["trace", *LESSON, "--json", *args])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    return json.loads(result.stdout)
+
+
+def norm(row: list[float]) -> float:
+    return math.sqrt(sum(v * v for v in row))
+
+
+def test_lesson_1_a_zero_attention_update_leaves_the_stream_unchanged():
+    after = lesson_json("--scale", "0.attention=0", "--compare")["after"]
+    stages = after["blocks"][0]["stages"]
+    assert stages["attention"] == [0.0] * 4 and stages["residual1"] == after["input"]["row"]
+    assert after["model"]["norm"] == "rmsnorm" and after["model"]["activation"] == "swiglu"
+
+
+def test_lesson_2_replacing_instead_of_adding_loses_the_input_at_the_first_residual():
+    data = lesson_json("--scale", "0.attention=0", "--replace-residual", "0", "--compare")
+    before, after = data["before"]["blocks"][0]["stages"], data["after"]["blocks"][0]["stages"]
+    assert after["norm1"] == before["norm1"]  # the input still reaches the first norm...
+    assert after["residual1"] == [0.0] * 4  # ...and is gone at the first residual
+    assert data["stages"][0]["residual1"]["norm_after"] == 0.0
+
+
+def test_lesson_3_a_residual_keeps_a_path_for_the_input_not_its_norm():
+    data = lesson_json("--scale", "0.attention=0.5", "--compare")
+    for run in ("before", "after"):
+        x, y = data[run]["input"]["row"], data[run]["blocks"][0]["stages"]["output"]
+        assert abs(norm(x) - norm(y)) > 0.1
+    assert data["stages"][0]["attention"]["norm_after"] == pytest.approx(data["stages"][0]["attention"]["norm_before"] / 2)
+
+
+def test_lesson_4_rmsnorm_keeps_the_sign_pattern_that_layernorm_removes():
+    rms = lesson_json("--set-input", "2,2,2,2")["blocks"][0]["stages"]["norm1"]
+    assert rms == pytest.approx([1.0] * 4, abs=1e-5) and all(v > 0 for v in rms)
+    layer = trace_json("--set-input", "2,2")["blocks"][0]["stages"]["norm1"]  # chapter 17: LayerNorm
+    assert layer == [0.0, 0.0]
+
+
+def test_regenerating_the_lesson_folder_gives_the_shipped_files(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_lesson09", REPO / "scripts" / "make_lesson09.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--out", str(tmp_path / "lesson09")]) == 0
+    for name in ("config.toml", "tokenizer.json", "checkpoint.pt"):
+        assert (tmp_path / "lesson09" / name).read_bytes() == (REPO / "data" / "lesson09" / name).read_bytes(), name
