@@ -109,6 +109,20 @@ def trace(
                  scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes)
 
 
+@app.command()
+def explore(
+    config: ConfigOption = None,
+    run: RunOption = None,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: this machine only)."),
+    port: int = typer.Option(8017, "--port", help="Port to serve on (0: any free port)."),
+    overrides: SetOption = None,
+) -> None:
+    """Serve a local page to explore a run: trace a position, move the lesson's controls (attention and FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after."""
+    from .commands import explore as command
+
+    command.main(config, run, host, port, overrides or [])
+
+
 def main() -> None:
     """Run the app; a command-line mistake ends in one line on stderr and exit status 2, not Click's
     multi-line box."""
