@@ -8,6 +8,7 @@ error, in one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -30,6 +31,13 @@ RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the 
 ConfigOption = Annotated[Optional[Path], typer.Option("-c", "--config", help=CONFIG_HELP)]
 RunOption = Annotated[Optional[Path], typer.Option("--run", help=RUN_HELP)]
 SetOption = Annotated[Optional[List[str]], typer.Option("--set", help=SET_HELP)]
+
+
+@app.callback()
+def root(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error (also MINIGPT_DEBUG=1)."),
+) -> None:
+    """Train a small GPT on a text file, sample from it, and trace one position through every block."""
 
 
 @app.command()
@@ -141,9 +149,16 @@ def main() -> None:
         message = " ".join(exc.format_message().split()).rstrip(".")
         typer.echo(f"minigpt: error: {message}; see '{command} --help'", err=True)
         code = exc.exit_code
-    except typer.Abort:  # Ctrl-C outside the training loop
+    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside the training loop
         typer.echo("minigpt: interrupted", err=True)
         code = 130
+    except Exception as exc:  # not a refusal: a bug, or the machine failing under us
+        if "--debug" in sys.argv[1:] or os.environ.get("MINIGPT_DEBUG", "") not in ("", "0"):
+            raise
+        detail = " ".join(str(exc).split())[:300]
+        typer.echo(f"minigpt: internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
+                   f"(run with --debug for the traceback)", err=True)
+        code = 1
     sys.exit(code if isinstance(code, int) else 0)
 
 

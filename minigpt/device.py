@@ -19,6 +19,29 @@ def pick_device(name: str) -> str:
     return name
 
 
+def check_dtype(device: str, dtype: str) -> None:
+    """Refuse a dtype the device cannot hold (Apple's MPS has no float64)."""
+    if device == "mps" and dtype == "float64":
+        raise MinigptError("[model] dtype = \"float64\" cannot run on device = \"mps\" (MPS has no float64); "
+                           "use --set train.device=cpu for exact float64 runs, or dtype = \"float32\"")
+
+
+def available_memory(device: str) -> int | None:
+    """Bytes that can still be allocated: the CUDA device's free memory, else the system's
+    MemAvailable (/proc/meminfo); None where neither can be read."""
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info()
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def use_threads(threads: int) -> None:
     """`[train] threads`: 0 keeps torch's default (one per core)."""
     if threads:

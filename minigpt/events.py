@@ -4,7 +4,8 @@ The training loop (train.Trainer) only computes; everything else that happens du
 listener: the metrics log and checkpoints (the run folder), the progress bar and Ctrl-C (the
 command), and whatever comes next (samples during training, plots, rank 0 of a distributed run).
 Events arrive in this order after each optimizer step: StepDone, then EvalDone when an evaluation
-ran, then CheckpointDue when one is due, then StopRequested when the run stops early.
+ran, then CheckpointDue when one is due, then StopRequested when the run stops early. A step whose
+loss is not finite is not applied: Diverged is the only event it sends, and the run ends.
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ class CheckpointDue:
 
 
 @dataclass(frozen=True)
+class Diverged:
+    """A step whose loss or gradient norm is not finite: it was not applied, and training stops."""
+    step: int            # the step that was attempted (optimizer steps taken so far + 1)
+    loss: float
+    grad_norm: float
+
+
+@dataclass(frozen=True)
 class StopRequested:
     step: int
     total: int
@@ -51,5 +60,7 @@ class Listener:
     def on_checkpoint(self, event: CheckpointDue) -> None: ...
 
     def on_stop(self, event: StopRequested) -> None: ...
+
+    def on_diverged(self, event: Diverged) -> None: ...
 
     def close(self) -> None: ...

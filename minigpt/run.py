@@ -26,8 +26,9 @@ from typing import Any
 import torch
 
 from .config import Config, load_config, model_config_from, model_section_differences
+from .device import check_dtype
 from .errors import MinigptError
-from .events import EvalDone, Listener, StepDone
+from .events import Diverged, EvalDone, Listener, StepDone
 from .io import atomic_write, atomic_write_text
 from .model import MiniGPT
 from .tokenizer import TextTokenizer
@@ -164,6 +165,15 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer) ->
                            f"choose another --out") from None
 
 
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Temporary files a killed writer left in the run folder (`.NAME.*.tmp`, see io.py): never
+    renamed into place, so never read; removed by the next writer, which holds the run's lock."""
+    stale = sorted(Path(run_dir).glob(".*.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def write_model_run(run_dir: Path, cfg: Config, model: MiniGPT, tokenizer: TextTokenizer) -> None:
     """A run folder that sample and trace can load, from a model made outside `minigpt train`
     (the chapter-17 teaching weights, test fixtures)."""
@@ -172,6 +182,63 @@ def write_model_run(run_dir: Path, cfg: Config, model: MiniGPT, tokenizer: TextT
     atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
     atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
     save_checkpoint(run_dir / CHECKPOINT_FILE, model_payload(cfg, model))
+
+
+# ---------------------------------------------------------------- one writer at a time
+
+class RunLock:
+    """An exclusive lock on a run folder for as long as one `train` writes it: `fcntl.flock` on a
+    small file beside the folder (`.NAME.lock` in its parent, so it exists before the folder does
+    and survives --force removing it), holding the writer's pid. The kernel releases it when the
+    process ends, however it ends, so a killed trainer never blocks the next one. Readers (sample,
+    trace) take no lock: every file they read is replaced atomically."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir.parent / f".{self.run_dir.name}.lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: no lock, as before
+            return self
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise MinigptError(f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); "
+                                   f"choose another --out") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise MinigptError(f"run folder {self.run_dir} is being written by another minigpt train "
+                                   f"(pid {holder}); wait for it to finish or stop it, or choose another --out") from None
+            # The holder before us removes the file as it lets go; a lock on a removed file locks nothing.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file while still holding the lock, then let go: nothing is left beside
+        the run folder (a killed trainer leaves its file, which blocks no one)."""
+        if self.fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
 
 
 # ---------------------------------------------------------------- the metrics log
@@ -200,6 +267,10 @@ class MetricsLog(Listener):
 
     def on_eval(self, event: EvalDone) -> None:
         self.write({"step": event.step, "eval": True, "val_loss": event.val_loss, "val_bpb": event.val_bpb})
+
+    def on_diverged(self, event: Diverged) -> None:
+        # JSON has no NaN or infinity: the values are written as text ("nan", "inf").
+        self.write({"step": event.step, "diverged": True, "loss": str(event.loss), "grad_norm": str(event.grad_norm)})
 
     def close(self) -> None:
         self.file.close()
@@ -239,6 +310,7 @@ def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu") ->
     path = run_dir / CHECKPOINT_FILE
     payload = load_checkpoint(path)
     model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
+    check_dtype(device, model_config.dtype)
     check_model_matches(cfg, payload, run_dir)
     tokenizer = TextTokenizer.load(run_dir / TOKENIZER_FILE)
     if tokenizer.vocab_size != payload["vocab_size"]:

@@ -28,9 +28,9 @@ import torch
 from . import run as run_folder
 from .config import Config
 from .data import Batches, Corpus, load_corpus
-from .device import autocast, pick_device, pick_precision, use_threads
+from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
 from .errors import MinigptError
-from .events import CheckpointDue, EvalDone, Listener, StepDone, StopRequested
+from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
 from .model import MiniGPT
 
 
@@ -160,6 +160,12 @@ class Session:
     precision: str = "float32"  # what the forward and backward matmuls run in ([train] precision, resolved)
     resumed: bool = False
     notes: list[str] = field(default_factory=list)  # things worth telling the user, said by the command
+    lock: run_folder.RunLock | None = None  # held while this session may write its run folder
+
+    def close(self) -> None:
+        """Release the run folder for the next writer."""
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def tokens_per_step(self) -> int:
@@ -209,12 +215,30 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
     with a loadable checkpoint in it. Nothing is written before every check has passed.
     `preparing(message)` wraps the slow corpus preparation and `progress(label, total)` follows
     it (see data.load_corpus); the command shows both on a terminal."""
+    run_dir = cfg.run_dir
+    # The lock comes first, so a second trainer hears that the folder is busy, whatever its flags;
+    # a folder whose parent does not exist yet is locked once the parent is made (after the checks).
+    lock = run_folder.RunLock(run_dir)
+    try:
+        if run_dir.parent.is_dir():
+            lock.acquire()
+        run_folder.check_writable(run_dir, resume, force)
+        session = _start(cfg, resume, force, preparing, progress, lock)
+    except BaseException:
+        lock.release()
+        raise
+    session.lock = lock
+    return session
+
+
+def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], ContextManager],
+           progress: Callable[[str, int], ContextManager] | None, lock: run_folder.RunLock) -> Session:
     tc = cfg.train
     run_dir = cfg.run_dir
-    run_folder.check_writable(run_dir, resume, force)
     payload = run_folder.load_checkpoint(run_dir / run_folder.CHECKPOINT_FILE) if resume else None
     if payload is not None:
         run_folder.check_model_matches(cfg, payload, run_dir)
+        run_folder.remove_stale_temporaries(run_dir)  # a killed run's half-written files
 
     notes: list[str] = []
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
@@ -223,12 +247,17 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
         run_folder.check_resume(payload, cfg, corpus.tokenizer, corpus.sha256, corpus.path)
 
     device = pick_device(tc.device)
+    check_dtype(device, cfg.model.dtype)
+    check_memory(cfg, corpus.tokenizer.vocab_size, device)
     use_threads(tc.threads)
     session = build(cfg, corpus, device, payload)
     session.notes = notes
 
     # Everything is validated: only now is the run folder created or replaced.
     if payload is None:
+        if lock.fd is None:  # the parent did not exist: create() makes it, then the lock is taken
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
         run_folder.create(run_dir, force, cfg, corpus.tokenizer)
         run_folder.save_checkpoint(run_dir / run_folder.CHECKPOINT_FILE, session.checkpoint(0))
     if cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
@@ -240,17 +269,50 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
     return session
 
 
+def training_bytes(cfg: Config, vocab_size: int) -> int:
+    """About what training holds at once: parameters, gradients and optimizer state (two AdamW
+    moments, or one Muon momentum), and one micro-batch's activations kept for the backward pass
+    (per block and position: about 12 width-sized rows, 3 FFN-sized ones, the attention weights;
+    then the logits three times over)."""
+    m, tc = cfg.model, cfg.train
+    with torch.device("meta"):  # counts the parameters without allocating them
+        parameters = MiniGPT(m, vocab_size).num_parameters()
+    width = DTYPE_BYTES[m.dtype]
+    state = 2 if tc.optimizer == "adamw" else 1.5  # Muon's matrices keep one buffer, AdamW's rest two
+    hidden = m.ffn_hidden * (5 if m.activation == "swiglu" else 3)
+    per_position = m.n_layer * (12 * m.n_embd + hidden + 2 * m.n_head * m.context) + 3 * vocab_size
+    return int(parameters * width * (2 + state) + tc.batch_size * m.context * per_position * width)
+
+
+DTYPE_BYTES = {"float32": 4, "float64": 8}
+
+
+def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
+    """Refuse a model that cannot fit before any of it is allocated."""
+    available = available_memory(device)
+    if available is None:
+        return
+    needed = training_bytes(cfg, vocab_size)
+    if needed > available:
+        raise MinigptError(f"this model needs about {needed / 2**30:,.1f} GiB to train (parameters, gradients, optimizer "
+                           f"state and one batch's activations) but {device} has {available / 2**30:,.1f} GiB available; "
+                           f"make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller")
+
+
 # ---------------------------------------------------------------- the loop
 
 class CheckpointSaver(Listener):
-    """Writes the session's checkpoint into its run folder whenever one is due."""
+    """Writes the session's checkpoint into its run folder whenever one is due; `last_step` is the
+    step of the newest checkpoint on disk (where a resume would start)."""
 
     def __init__(self, session: Session):
         self.session = session
+        self.last_step = session.step
 
     def on_checkpoint(self, event: CheckpointDue) -> None:
         path = self.session.cfg.run_dir / run_folder.CHECKPOINT_FILE
         run_folder.save_checkpoint(path, self.session.checkpoint(event.step))
+        self.last_step = event.step
 
 
 @dataclass
@@ -262,6 +324,7 @@ class TrainResult:
     val_loss: float | None = None
     val_bpb: float | None = None
     stopped: bool = False  # ended early at a step boundary because a stop was requested
+    diverged: Diverged | None = None  # ended because this step's loss or gradient norm was not finite
 
 
 class Trainer:
@@ -269,6 +332,7 @@ class Trainer:
         self.session = session
         self.listeners = list(listeners)
         self.stop_requested = False
+        self.diverged: Diverged | None = None
 
     def request_stop(self) -> None:
         """Stop at the next step boundary, with a checkpoint (safe to call from a signal handler)."""
@@ -276,7 +340,8 @@ class Trainer:
 
     def train_step(self) -> tuple[float, float]:
         """One optimizer step: set the scheduled learning rate, accumulate `grad_accum` micro-batches,
-        clip, step. Returns (mean loss in nats/token, learning rate)."""
+        clip, step. Returns (mean loss in nats/token, learning rate). A step whose loss or gradient
+        norm is not finite is not applied: `diverged` says so, and the step count stays."""
         s, tc = self.session, self.session.cfg.train
         lr = learning_rate(s.step, tc)
         for group in s.optimizer.param_groups:  # AdamW takes the schedule as is, Muon in proportion
@@ -288,8 +353,12 @@ class Trainer:
                 _, loss = s.model(x, y)
             (loss / tc.grad_accum).backward()
             total += loss.item() / tc.grad_accum
-        if tc.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip)
+        # With grad_clip = 0 the norm is still measured (a clip at infinity multiplies by exactly 1).
+        norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
+        if not (math.isfinite(total) and math.isfinite(norm)):
+            s.optimizer.zero_grad(set_to_none=True)
+            self.diverged = Diverged(s.step + 1, total, norm)
+            return total, lr
         s.optimizer.step()
         s.optimizer.zero_grad(set_to_none=True)
         s.step += 1
@@ -308,6 +377,9 @@ class Trainer:
         try:
             while s.step < tc.steps:
                 loss, lr = self.train_step()
+                if self.diverged is not None:
+                    self._emit("on_diverged", self.diverged)
+                    break
                 step = s.step
                 elapsed = time.perf_counter() - started
                 tokens_per_s = (step - start_step) * s.tokens_per_step / max(elapsed, 1e-9)
@@ -328,4 +400,4 @@ class Trainer:
         taken = s.step - start_step
         return TrainResult(s.step, taken, elapsed, taken * s.tokens_per_step / max(elapsed, 1e-9),
                            last_val.get("val_loss"), last_val.get("val_bpb"),
-                           stopped=s.step < tc.steps)
+                           stopped=s.step < tc.steps and self.diverged is None, diverged=self.diverged)

@@ -25,7 +25,7 @@ ALLOWED = {
     "model": {"config", "errors"},
     "chapter17": {"config", "errors", "model"},
     "data": {"config", "errors", "io", "model", "tokenizer"},
-    "run": {"config", "errors", "events", "io", "model", "tokenizer"},
+    "run": {"config", "device", "errors", "events", "io", "model", "tokenizer"},
     "fastpath": {"model"},
     "generate": {"fastpath", "model"},
     "interventions": {"errors", "model"},

@@ -21,7 +21,7 @@ from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
 from ..run import METRICS_FILE, MetricsLog
 from ..train import CheckpointSaver, Trainer, estimate_seconds, start
-from .common import command_line, flags, say, shown_path, user_errors
+from .common import command_line, flags, refuse, say, shown_path, user_errors
 
 
 def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
@@ -41,6 +41,15 @@ def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], st
                                                 "train.steps": steps}))
     session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
                     progress=lambda label, total: _progress(quiet, label, total))
+    try:
+        _run(session, config, data, out, steps, overrides, quiet)
+    finally:
+        session.close()
+
+
+def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
+         overrides: list[str], quiet: bool) -> None:
+    cfg = session.cfg
     run_dir = cfg.run_dir
     if session.finished:
         say(f"run in {run_dir} already finished {session.step} steps; nothing to do", quiet)
@@ -55,19 +64,30 @@ def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], st
             f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
             f"about {estimate}; run folder {run_dir}")
 
-    metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
-                         keep_through_step=session.step if session.resumed else None)
-    trainer = Trainer(session, [metrics, CheckpointSaver(session), ProgressBar(session.step, tc.steps, quiet)])
-    with _ctrl_c_stops(trainer.request_stop):
-        result = trainer.run()
+    again = ["-c", config] if config else []
+    again += [a for o in overrides for a in ("--set", o)]
+    again += (["--data", data] if data else []) + (["--out", out] if out else [])
+    again += ["--steps", steps] if steps is not None else []
+    resume_with = command_line("minigpt", "train", *again, "--resume")
+    saver = CheckpointSaver(session)
+    try:
+        metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
+                             keep_through_step=session.step if session.resumed else None)
+        trainer = Trainer(session, [metrics, saver, ProgressBar(session.step, tc.steps, quiet)])
+        with _ctrl_c_stops(trainer.request_stop):
+            result = trainer.run()
+    except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically, so it stands
+        refuse(f"could not write to the run folder {run_dir} ({exc.strerror or exc}); its last checkpoint (step "
+               f"{saver.last_step}) is intact: make room, then resume with: {resume_with}", code=1)
 
+    if result.diverged is not None:
+        d = result.diverged
+        refuse(f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): it was not applied "
+               f"and training stopped; the last good checkpoint (step {saver.last_step}) is intact in {run_dir}. Lower "
+               f"train.learning_rate or set train.grad_clip (for example 1.0) and train again with --force; "
+               f"--resume retries from step {saver.last_step} with the same settings", code=1)
     if result.stopped:
-        again = ["-c", config] if config else []
-        again += [a for o in overrides for a in ("--set", o)]
-        again += (["--data", data] if data else []) + (["--out", out] if out else [])
-        again += ["--steps", steps] if steps is not None else []
-        say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. "
-            f"Resume with: {command_line('minigpt', 'train', *again, '--resume')}")
+        say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}")
         raise typer.Exit(130)
     val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
     say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
