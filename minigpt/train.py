@@ -126,16 +126,19 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float) -> dict[str,
     return {"val_loss": total, "val_bpb": total * tokens_per_byte / math.log(2)}
 
 
-def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int) -> float:
-    """Time one forward and backward pass (after one untimed warm-up) on a validation batch and scale
-    it to the run. Leaves no trace: gradients are cleared and the RNG state is restored, so a run
-    that shows an estimate computes exactly what one that does not (`--quiet`) computes."""
+def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int, precision: str = "float32") -> float:
+    """Time one forward and backward pass (after one untimed warm-up, in the run's precision) on a
+    validation batch and scale it to the run. Leaves no trace: gradients are cleared and the RNG
+    state is restored, so a run that shows an estimate computes exactly what one that does not
+    (`--quiet`) computes."""
     x, y = batch
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
         seconds = 0.0
         for _ in range(2):
             started = time.perf_counter()
-            model(x, y)[1].backward()
+            with autocast(str(x.device), precision):
+                loss = model(x, y)[1]
+            loss.backward()
             seconds = time.perf_counter() - started
     model.zero_grad(set_to_none=True)
     evaluations = steps // tc.eval_interval + 1

@@ -58,7 +58,8 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         say(note, quiet)
     tc = cfg.train
     if not quiet:
-        estimate = _seconds(estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step))
+        estimate = _seconds(estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step,
+                                             session.precision))
         say(f"minigpt train: {session.model.num_parameters():,} parameters, {len(session.corpus.train_ids):,} train / "
             f"{len(session.corpus.val_ids):,} val tokens ({session.corpus.tokenizer.vocab_size} ids), "
             f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
