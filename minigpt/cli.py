@@ -117,6 +117,21 @@ def trace(
                  scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes)
 
 
+@app.command(name="eval")
+def eval_(
+    config: ConfigOption = None,
+    run: RunOption = None,
+    data: Path = typer.Option(..., "--data", help="UTF-8 text file to score."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity."),
+    per_token: Optional[Path] = typer.Option(None, "--per-token", help="Write one JSON line per scored token: position, id, token, surprisal_bits."),
+    overrides: SetOption = None,
+) -> None:
+    """Score every token of a text file with a trained run: nats per token, bits per byte, perplexity."""
+    from .commands import eval as command
+
+    command.main(config, run, data, as_json, per_token, overrides or [])
+
+
 @app.command()
 def explore(
     config: ConfigOption = None,

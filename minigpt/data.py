@@ -40,26 +40,27 @@ def cache_root() -> Path:
     return Path(base) / "minigpt"
 
 
-def read_text(path: str | Path) -> tuple[str, str]:
-    """(text, sha256 of the bytes). Refuses what cannot be a training text, saying why."""
+def read_text(path: str | Path, what: str = "training text") -> tuple[str, str]:
+    """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, with `what`, to
+    score), saying why."""
     path = Path(path)
     if not path.exists():
-        raise MinigptError(f"training text {path} does not exist; pass an existing UTF-8 file with --data")
+        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with --data")
     if path.is_dir():
-        raise MinigptError(f"training text {path} is a directory; pass a UTF-8 text file with --data")
+        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with --data")
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise MinigptError(f"training text {path} cannot be read ({exc.strerror}); check its permissions") from None
+        raise MinigptError(f"{what} {path} cannot be read ({exc.strerror}); check its permissions") from None
     if not raw:
-        raise MinigptError(f"training text {path} is empty; pass a file with text in it")
+        raise MinigptError(f"{what} {path} is empty; pass a file with text in it")
     nul = raw.find(b"\x00")
     if nul >= 0:
-        raise MinigptError(f"training text {path} looks binary (NUL byte at offset {nul}); pass a UTF-8 text file")
+        raise MinigptError(f"{what} {path} looks binary (NUL byte at offset {nul}); pass a UTF-8 text file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MinigptError(f"training text {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
+        raise MinigptError(f"{what} {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
                            f"{exc.start}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
     return text, hashlib.sha256(raw).hexdigest()
 

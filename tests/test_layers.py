@@ -29,6 +29,7 @@ ALLOWED = {
     "fastpath": {"model"},
     "generate": {"fastpath", "model"},
     "interventions": {"errors", "model"},
+    "scoring": {"model"},
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
     "train": {"config", "data", "device", "errors", "events", "model", "run"},
