@@ -31,6 +31,7 @@ RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the 
 ConfigOption = Annotated[Optional[Path], typer.Option("-c", "--config", help=CONFIG_HELP)]
 RunOption = Annotated[Optional[Path], typer.Option("--run", help=RUN_HELP)]
 SetOption = Annotated[Optional[List[str]], typer.Option("--set", help=SET_HELP)]
+CheckpointOption = Annotated[str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")]
 
 
 @app.callback()
@@ -75,6 +76,7 @@ def sample(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per sample instead of streaming text."),
     overrides: SetOption = None,
     kv_cache: bool = typer.Option(True, "--kv-cache/--no-kv-cache", hidden=True, help="Use the KV cache while the window fills (off: full recompute, for benchmarks)."),
+    checkpoint: CheckpointOption = "last",
 ) -> None:
     """Continue a prompt with a trained model. An empty prompt starts from a newline.
 
@@ -85,7 +87,7 @@ def sample(
     options = {"sample.max_new_tokens": max_new_tokens, "sample.temperature": temperature,
                "sample.top_k": top_k, "sample.top_p": top_p, "sample.greedy": greedy, "sample.seed": seed,
                "sample.num_samples": num_samples, "sample.slide": slide}
-    command.main(config, run, prompt, prompt_file, options, stop, as_json, overrides or [], kv_cache)
+    command.main(config, run, prompt, prompt_file, options, stop, as_json, overrides or [], kv_cache, checkpoint)
 
 
 @app.command()
@@ -106,6 +108,7 @@ def trace(
     set_input: Optional[str] = typer.Option(None, "--set-input", help="Replace the traced position's block-0 input row, e.g. \"2,2,2,2\" (model width numbers)."),
     at_position: bool = typer.Option(False, "--at-position", help="Apply --scale, --replace-residual and --ablate-head at the traced position only (default: every position)."),
     compare_passes: bool = typer.Option(False, "--compare", help="Show the unmodified and the modified pass side by side, with norms, changes and the KL divergence of the next-token distributions."),
+    checkpoint: CheckpointOption = "last",
 ) -> None:
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
 
@@ -114,7 +117,8 @@ def trace(
     from .commands import trace as command
 
     command.main(config, run, prompt, ids, position, block, digits, top, as_json, overrides or [],
-                 scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes)
+                 scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes,
+                 checkpoint)
 
 
 @app.command(name="eval")
@@ -125,11 +129,12 @@ def eval_(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity."),
     per_token: Optional[Path] = typer.Option(None, "--per-token", help="Write one JSON line per scored token: position, id, token, surprisal_bits."),
     overrides: SetOption = None,
+    checkpoint: CheckpointOption = "last",
 ) -> None:
     """Score every token of a text file with a trained run: nats per token, bits per byte, perplexity."""
     from .commands import eval as command
 
-    command.main(config, run, data, as_json, per_token, overrides or [])
+    command.main(config, run, data, as_json, per_token, overrides or [], checkpoint)
 
 
 @app.command()
@@ -139,11 +144,12 @@ def explore(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: this machine only)."),
     port: int = typer.Option(8017, "--port", help="Port to serve on (0: any free port)."),
     overrides: SetOption = None,
+    checkpoint: CheckpointOption = "last",
 ) -> None:
     """Serve a local page to explore a run: trace a position, move the lesson's controls (attention and FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after."""
     from .commands import explore as command
 
-    command.main(config, run, host, port, overrides or [])
+    command.main(config, run, host, port, overrides or [], checkpoint)
 
 
 def main() -> None:

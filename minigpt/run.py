@@ -5,6 +5,7 @@ log, and loading its model for reading.
     run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
     run/checkpoint.pt    model, [model] section, optimizer, step, RNG states, hashes of config,
                          tokenizer and corpus
+    run/best.pt          the model at its best validation loss so far (no optimizer state)
     run/metrics.jsonl    one JSON object per logged step and per evaluation
 
 Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -36,6 +38,8 @@ from .tokenizer import TextTokenizer
 CONFIG_FILE = "config.toml"
 TOKENIZER_FILE = "tokenizer.json"
 CHECKPOINT_FILE = "checkpoint.pt"
+BEST_FILE = "best.pt"  # the weights at the best validation loss so far (weights and [model] only)
+CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}
 METRICS_FILE = "metrics.jsonl"
 FORMAT_VERSION = 1
 
@@ -276,6 +280,27 @@ class MetricsLog(Listener):
         self.file.close()
 
 
+class BestKeeper(Listener):
+    """best.pt: the model's weights whenever the validation loss improves on the best so far (the
+    best survives a resume: it is read back from the file)."""
+
+    def __init__(self, run_dir: Path, cfg: Config, model: MiniGPT):
+        self.path, self.cfg, self.model = Path(run_dir) / BEST_FILE, cfg, model
+        self.best = math.inf
+        if self.path.is_file():
+            try:
+                self.best = float(load_checkpoint(self.path).get("val_loss", math.inf))
+            except MinigptError:  # damaged: the next evaluation writes a new one
+                pass
+
+    def on_eval(self, event: EvalDone) -> None:
+        if event.val_loss < self.best:
+            self.best = event.val_loss
+            payload = model_payload(self.cfg, self.model)
+            payload.update(step=event.step, val_loss=event.val_loss, val_bpb=event.val_bpb)
+            save_checkpoint(self.path, payload)
+
+
 # ---------------------------------------------------------------- reading a run
 
 def reading_config(config: Path | None, run_dir: Path | None, overrides: list[str],
@@ -300,14 +325,21 @@ def reading_config(config: Path | None, run_dir: Path | None, overrides: list[st
     return cfg, Path(run_dir) if run_dir is not None else cfg.run_dir
 
 
-def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu") -> tuple[MiniGPT, TextTokenizer]:
-    """The trained model (eval mode) and tokenizer of a run folder. The model is built from the
-    [model] section its checkpoint stores; a config whose [model] disagrees is refused."""
+def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu",
+               checkpoint: str = "last") -> tuple[MiniGPT, TextTokenizer]:
+    """The trained model (eval mode) and tokenizer of a run folder, from its last checkpoint or
+    its best one. The model is built from the [model] section the checkpoint stores; a config
+    whose [model] disagrees is refused."""
     run_dir = Path(run_dir) if run_dir is not None else cfg.run_dir
     if not run_dir.is_dir():
         raise MinigptError(f"no run folder at {run_dir}; train one first with `minigpt train` "
                            f"(same config), or pass --run DIR")
-    path = run_dir / CHECKPOINT_FILE
+    if checkpoint not in CHECKPOINTS:
+        raise MinigptError(f"--checkpoint {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
+    path = run_dir / CHECKPOINTS[checkpoint]
+    if checkpoint == "best" and not path.is_file():
+        raise MinigptError(f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
+                           f"use --checkpoint last, or train until an evaluation")
     payload = load_checkpoint(path)
     model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
     check_dtype(device, model_config.dtype)

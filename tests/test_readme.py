@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl"}
+RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
 
 def test_readme_train_then_sample_on_a_tiny_config(tiny_config, tmp_path, minigpt_process):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl"}
+RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
 
 @pytest.fixture(scope="module")

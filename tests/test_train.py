@@ -25,7 +25,7 @@ from minigpt.config import TrainConfig, load_config
 from minigpt.model import MiniGPT
 from minigpt.train import learning_rate, make_optimizer
 
-RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl"}
+RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
 
 def error_line(result) -> str:
@@ -560,3 +560,48 @@ def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_conf
     Trainer(resumed).run()
     for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+# ----------------------------------------------------------------------------------------------
+# the best checkpoint
+
+def test_best_pt_holds_the_weights_at_the_lowest_validation_loss_and_commands_read_it(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "30", "--set", "train.learning_rate=0.05",
+               "--set", "train.eval_interval=5", "--set", "train.checkpoint_interval=30")
+    evals = [r for r in metrics(run) if r.get("eval")]
+    best = min(evals, key=lambda r: r["val_loss"])
+    payload = torch.load(run / "best.pt", weights_only=True)
+    assert set(payload) == {"format", "model", "model_config", "vocab_size", "step", "val_loss", "val_bpb"}
+    assert payload["step"] == best["step"] and payload["val_loss"] == best["val_loss"]
+    for command in (["sample", "-n", "5", "-p", "The"], ["trace", "-p", "The"],
+                    ["eval", "--data", tmp_path / "tiny.txt"]):
+        result = cli(*command[:1], "--run", run, "--checkpoint", "best", *command[1:])
+        assert result.exit_code == 0, (command, result.output)
+    from minigpt.config import load_config as load
+    from minigpt.run import load_model
+
+    model, _ = load_model(load(run / "config.toml"), run, checkpoint="best")
+    assert all(torch.equal(model.state_dict()[k], payload["model"][k]) for k in payload["model"])
+
+
+def test_best_is_refused_in_one_line_before_the_first_evaluation(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "20")
+    (run / "best.pt").unlink()
+    result = cli("sample", "--run", run, "--checkpoint", "best")
+    assert result.exit_code == 2 and f"{run} has no best.pt yet" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_closing_summary_draws_the_validation_curve(cli, tiny_config, tmp_path):
+    from minigpt.commands.train import sparkline
+
+    assert sparkline([3.0, 2.0, 1.0]) == "█▅▁" or sparkline([3.0, 2.0, 1.0]) == "█▄▁"
+    assert sparkline([1.0, 1.0]) == "▁▁"
+    result = train_tiny(cli, tiny_config, tmp_path / "run", "--set", "train.eval_interval=5")
+    line = next(line for line in result.stderr.splitlines() if line.startswith("val loss by evaluation: "))
+    evals = [r for r in metrics(tmp_path / "run") if r.get("eval")]
+    curve = line.split(": ", 1)[1].split("  ")[0]
+    assert len(curve) == len(evals) == 4 and set(curve) <= set("▁▂▃▄▅▆▇█")
+    assert f"{evals[0]['val_loss']:.3f} at step 5 -> {evals[-1]['val_loss']:.3f} at step 20" in line

@@ -21,12 +21,12 @@ from .common import user_errors
 
 
 def main(config: Optional[Path], run: Optional[Path], data: Path, as_json: bool, per_token: Optional[Path],
-         overrides: list[str]) -> None:
+         overrides: list[str], checkpoint: str = "last") -> None:
     with user_errors():
         cfg, run_dir = reading_config(config, run, overrides)
         text, _ = read_text(data, what="text to score")
         use_threads(cfg.train.threads)
-        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
+        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
         ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
         if len(ids) < 2:
             raise MinigptError(f"text to score {data} has {len(ids)} token(s); scoring needs at least two "

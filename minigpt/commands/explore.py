@@ -34,11 +34,12 @@ from .trace import parse_ids, parse_interventions
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
 
 
-def main(config: Optional[Path], run: Optional[Path], host: str, port: int, overrides: list[str]) -> None:
+def main(config: Optional[Path], run: Optional[Path], host: str, port: int, overrides: list[str],
+         checkpoint: str = "last") -> None:
     with user_errors():
         cfg, run_dir = reading_config(config, run, overrides)
         use_threads(cfg.train.threads or 1)
-        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
+        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
         page = resources.files("minigpt").joinpath("explore/index.html").read_bytes()
         explorer = Explorer(model, tokenizer)
         try:

@@ -25,7 +25,8 @@ from .common import flags, user_errors
 
 
 def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], prompt_file: Optional[Path],
-         options: dict, stop: Optional[str], as_json: bool, overrides: list[str], kv_cache: bool) -> None:
+         options: dict, stop: Optional[str], as_json: bool, overrides: list[str], kv_cache: bool,
+         checkpoint: str = "last") -> None:
     """`options`: the [sample] flags as {"sample.key": value or None}."""
     with user_errors():
         if prompt is not None and prompt_file is not None:
@@ -36,7 +37,7 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], pro
             cfg.sample.stop = stop
         text = (read_prompt_file(prompt_file) if prompt_file is not None
                 else prompt if prompt is not None else cfg.sample.prompt)
-        sample_command(cfg, text, run_dir, as_json=as_json, use_cache=kv_cache)
+        sample_command(cfg, text, run_dir, as_json=as_json, use_cache=kv_cache, checkpoint=checkpoint)
 
 
 @dataclass
@@ -77,7 +78,7 @@ def read_prompt_file(path: Path) -> str:
 
 def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_json: bool = False,
                    use_cache: bool = True, out: TextIO | None = None,
-                   err: TextIO | None = None) -> list[SampleResult]:
+                   err: TextIO | None = None, checkpoint: str = "last") -> list[SampleResult]:
     """`minigpt sample`: load the run the config names, continue `prompt` as `cfg.sample` says.
 
     One sample streams to `out` as it is produced (prompt first); several are printed when done,
@@ -90,7 +91,7 @@ def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_
     # One sample at a time is a chain of tiny matmuls: a second thread only adds waiting (and
     # stalls badly when another process is busy), so `threads = 0` means one thread here.
     use_threads(cfg.train.threads or (1 if s.num_samples == 1 else 0))
-    model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
+    model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
     text = prompt if prompt else "\n"
     prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
     device = next(model.parameters()).device

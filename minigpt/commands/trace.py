@@ -20,7 +20,7 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids
          position: Optional[int], block: Optional[int], digits: int, top: int, as_json: bool,
          overrides: list[str], scale: list[str] = (), replace_residual: list[str] = (),
          ablate_head: list[str] = (), set_input: Optional[str] = None, at_position: bool = False,
-         compare_passes: bool = False) -> None:
+         compare_passes: bool = False, checkpoint: str = "last") -> None:
     with user_errors():
         if (prompt is None) == (ids is None):
             raise MinigptError("give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4")
@@ -32,7 +32,7 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids
                                "--ablate-head or --set-input) to compare with")
         cfg, run_dir = reading_config(config, run, overrides)
         use_threads(cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
-        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device))
+        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
         if token_ids is None:
             token_ids = prompt_ids(tokenizer, prompt)
         if compare_passes:

@@ -7,6 +7,7 @@ at once). The run folder describes itself, so the follow-up command shown is `sa
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from ..config import load_config
 from ..device import keep_freed_memory
 from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
-from ..run import METRICS_FILE, MetricsLog
+from ..run import METRICS_FILE, BestKeeper, MetricsLog
 from ..train import CheckpointSaver, Trainer, estimate_seconds, start
 from .common import command_line, flags, refuse, say, shown_path, user_errors
 
@@ -74,7 +75,8 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     try:
         metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
                              keep_through_step=session.step if session.resumed else None)
-        trainer = Trainer(session, [metrics, saver, ProgressBar(session.step, tc.steps, quiet)])
+        best = BestKeeper(run_dir, cfg, session.model)
+        trainer = Trainer(session, [metrics, saver, best, ProgressBar(session.step, tc.steps, quiet)])
         with _ctrl_c_stops(trainer.request_stop):
             result = trainer.run()
     except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically, so it stands
@@ -93,6 +95,7 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
     say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
         f"val loss {val}; run folder {run_dir}\n"
+        f"{_val_curve(run_dir / METRICS_FILE)}"
         f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"", quiet)
 
 
@@ -177,6 +180,28 @@ def _progress(quiet: bool, label: str, total: int) -> Iterator:
 
     with tqdm(total=total, desc=label, unit="char", unit_scale=True, dynamic_ncols=True, leave=False) as bar:
         yield bar.update
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float]) -> str:
+    """One character per value, its height between the lowest and the highest."""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(SPARKS[round((v - low) / span * (len(SPARKS) - 1))] for v in values)
+
+
+def _val_curve(metrics: Path) -> str:
+    """The validation loss of every evaluation so far, as a sparkline (a curve without matplotlib)."""
+    try:
+        evals = [r for r in map(json.loads, metrics.read_text(encoding="utf-8").splitlines()) if r.get("eval")]
+    except (OSError, ValueError):
+        return ""
+    if len(evals) < 2:
+        return ""
+    return (f"val loss by evaluation: {sparkline([r['val_loss'] for r in evals])}  {evals[0]['val_loss']:.3f} at step "
+            f"{evals[0]['step']} -> {evals[-1]['val_loss']:.3f} at step {evals[-1]['step']}\n")
 
 
 def _seconds(seconds: float) -> str:
