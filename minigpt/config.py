@@ -102,6 +102,10 @@ class TrainConfig:
                         choices=("auto", "cpu", "cuda", "mps"))
     threads: int = _spec(0, "CPU threads for torch in every command (0: one per core for training, one for "
                          "sampling a single sample and for trace)", minimum=0)
+    sample_every: int = _spec(0, "steps between short samples printed during training and kept in metrics.jsonl "
+                              "(0 = off)", minimum=0)
+    sample_prompt: str = _spec("", "prompt of the samples during training; empty starts from a newline")
+    sample_tokens: int = _spec(48, "new tokens in each sample during training", minimum=1)
     precision: str = _spec("auto", "matmul precision while training: auto (bfloat16 where the hardware has it, "
                            "else float32), float32 or bfloat16; weights stay float32", choices=("auto", "float32", "bfloat16"))
 

@@ -78,7 +78,7 @@ def model_payload(cfg: Config, model: MiniGPT) -> dict[str, Any]:
 # Keys that do not change what a run computes; a resume may differ in them.
 # `data` is the path only: the corpus itself is identified by its sha256, so a moved file resumes.
 _NOT_IDENTITY = {("train", k) for k in ("data", "out", "device", "threads", "log_interval", "eval_interval",
-                                         "checkpoint_interval")}
+                                         "checkpoint_interval", "sample_every", "sample_prompt", "sample_tokens")}
 
 
 def training_identity(cfg: Config) -> dict[str, dict[str, Any]]:

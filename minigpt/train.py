@@ -31,6 +31,7 @@ from .data import Batches, Corpus, load_corpus
 from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
 from .errors import MinigptError
 from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
+from .generate import generate
 from .model import MiniGPT
 
 
@@ -316,6 +317,32 @@ class CheckpointSaver(Listener):
         path = self.session.cfg.run_dir / run_folder.CHECKPOINT_FILE
         run_folder.save_checkpoint(path, self.session.checkpoint(event.step))
         self.last_step = event.step
+
+
+class Sampler(Listener):
+    """Every `[train] sample_every` steps, a short continuation of `sample_prompt` from the model as
+    it is, handed to `show(step, text)`. It draws from a generator of its own, seeded by the step,
+    in eval mode and without gradients, so a run with samples computes exactly what one without
+    does, and a resumed run shows the same samples."""
+
+    def __init__(self, session: Session, show: Callable[[int, str], None]):
+        self.session, self.show = session, show
+        tc = session.cfg.train
+        self.every, self.tokens = tc.sample_every, tc.sample_tokens
+        self.prompt = session.corpus.tokenizer.encode(tc.sample_prompt or "\n")[-session.cfg.model.context:]
+
+    def on_step(self, event: StepDone) -> None:
+        if not self.every or event.step % self.every:
+            return
+        s = self.session
+        generator = torch.Generator(device=s.device).manual_seed(s.cfg.train.seed + event.step)
+        s.model.eval()
+        try:
+            steps = generate(s.model, self.prompt, self.tokens, temperature=1.0, generator=generator)
+            ids = [int(step.tokens[0]) for step in steps]
+        finally:
+            s.model.train()
+        self.show(event.step, s.corpus.tokenizer.decode(ids))
 
 
 @dataclass

@@ -32,7 +32,7 @@ ALLOWED = {
     "scoring": {"model"},
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
-    "train": {"config", "data", "device", "errors", "events", "model", "run"},
+    "train": {"config", "data", "device", "errors", "events", "generate", "model", "run"},
 }
 
 

@@ -605,3 +605,21 @@ def test_the_closing_summary_draws_the_validation_curve(cli, tiny_config, tmp_pa
     curve = line.split(": ", 1)[1].split("  ")[0]
     assert len(curve) == len(evals) == 4 and set(curve) <= set("▁▂▃▄▅▆▇█")
     assert f"{evals[0]['val_loss']:.3f} at step 5 -> {evals[-1]['val_loss']:.3f} at step 20" in line
+
+
+# ----------------------------------------------------------------------------------------------
+# samples during training
+
+def test_samples_during_training_are_shown_and_logged_and_change_no_weight(cli, tiny_config, tmp_path):
+    plain = tmp_path / "plain"
+    train_tiny(cli, tiny_config, plain, "--quiet")
+    sampled = tmp_path / "sampled"
+    result = train_tiny(cli, tiny_config, sampled, "--set", "train.sample_every=5", "--set", 'train.sample_prompt="The"',
+                        "--set", "train.sample_tokens=12")
+    assert result.stderr.count("--- sample at step ") == 4 and "--- sample at step 20 ---\nThe" in result.stderr
+    samples = [r for r in metrics(sampled) if "sample" in r]
+    assert [r["step"] for r in samples] == [5, 10, 15, 20] and all(len(r["sample"]) == 12 for r in samples)
+    a = torch.load(plain / "checkpoint.pt", weights_only=True)
+    b = torch.load(sampled / "checkpoint.pt", weights_only=True)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])  # the global RNG was never drawn from

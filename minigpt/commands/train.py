@@ -21,7 +21,7 @@ from ..device import keep_freed_memory
 from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
 from ..run import METRICS_FILE, BestKeeper, MetricsLog
-from ..train import CheckpointSaver, Trainer, estimate_seconds, start
+from ..train import CheckpointSaver, Sampler, Trainer, estimate_seconds, start
 from .common import command_line, flags, refuse, say, shown_path, user_errors
 
 
@@ -76,7 +76,14 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
                              keep_through_step=session.step if session.resumed else None)
         best = BestKeeper(run_dir, cfg, session.model)
-        trainer = Trainer(session, [metrics, saver, best, ProgressBar(session.step, tc.steps, quiet)])
+        bar = ProgressBar(session.step, tc.steps, quiet)
+
+        def show(step: int, text: str) -> None:
+            metrics.write({"step": step, "sample": text})
+            if not quiet:
+                bar.bar.write(f"--- sample at step {step} ---\n{(tc.sample_prompt or '') + text}", file=sys.stderr)
+
+        trainer = Trainer(session, [metrics, saver, best, Sampler(session, show), bar])
         with _ctrl_c_stops(trainer.request_stop):
             result = trainer.run()
     except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically, so it stands
