@@ -138,6 +138,21 @@ def eval_(
 
 
 @app.command()
+def export(
+    config: ConfigOption = None,
+    run: RunOption = None,
+    format: str = typer.Option(..., "--format", help="safetensors (minigpt's names + config.json) or hf (a GPT-2 folder transformers loads)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write (new or empty)."),
+    overrides: SetOption = None,
+    checkpoint: CheckpointOption = "last",
+) -> None:
+    """Export a run's weights: safetensors, or a Hugging Face GPT-2 folder (GPT2LMHeadModel, PreTrainedTokenizerFast)."""
+    from .commands import export as command
+
+    command.main(config, run, format, out, overrides or [], checkpoint)
+
+
+@app.command()
 def explore(
     config: ConfigOption = None,
     run: RunOption = None,

@@ -30,6 +30,7 @@ ALLOWED = {
     "generate": {"fastpath", "model"},
     "interventions": {"errors", "model"},
     "scoring": {"model"},
+    "export": {"errors", "model", "tokenizer"},
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
     "train": {"config", "data", "device", "errors", "events", "generate", "model", "run"},

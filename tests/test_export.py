@@ -1,0 +1,97 @@
+"""`minigpt export`: safetensors with minigpt's names, and a Hugging Face GPT-2 folder that
+transformers loads and that gives the next-token probabilities `minigpt trace` gives."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from minigpt.config import ModelConfig, model_config_from
+from minigpt.model import MiniGPT
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from conftest import SHAKESPEARE, TINY_CONFIG
+    from minigpt.cli import app
+
+    folder = tmp_path_factory.mktemp("export")
+    (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
+    result = CliRunner().invoke(app, ["train", "-c", folder / "tiny.toml", "--out", folder / "run", "--quiet",
+                                      "--set", 'tokenizer.kind="bpe"', "--set", "tokenizer.vocab_size=300",
+                                      "--set", "model.activation=\"gelu\""])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def test_safetensors_holds_the_parameters_and_the_model_section(trained, cli, tmp_path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    out = tmp_path / "st"
+    result = cli("export", "--run", trained, "--format", "safetensors", "--out", out)
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    tensors = safetensors.load_file(str(out / "model.safetensors"))  # no pickle involved
+    model = MiniGPT(model_config_from(config["model"], "config.json"), config["vocab_size"]).eval()
+    model.load_state_dict(tensors)
+    payload = torch.load(trained / "checkpoint.pt", weights_only=True)
+    assert all(torch.equal(tensors[k], payload["model"][k]) for k in tensors)
+
+
+def test_hf_export_loads_in_transformers_and_gives_trace_s_probabilities(trained, cli, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "hf"
+    result = cli("export", "--run", trained, "--format", "hf", "--out", out)
+    assert result.exit_code == 0, result.output
+    model = transformers.GPT2LMHeadModel.from_pretrained(str(out)).eval()
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(out))
+    prompt = "ROMEO:"  # within the tiny model's 8-row position table
+    traced = json.loads(cli("trace", "--run", trained, "-p", prompt, "--json", "--top", "300").stdout)
+    ids = tokenizer(prompt)["input_ids"]
+    assert ids == traced["ids"]  # the exported tokenizer encodes as minigpt does
+    with torch.no_grad():
+        probabilities = torch.softmax(model(torch.tensor([ids])).logits[0, -1].double(), dim=-1)
+    assert len(traced["next_tokens"]) == probabilities.numel()
+    for candidate in traced["next_tokens"]:
+        assert abs(candidate["probability"] - float(probabilities[candidate["id"]])) < 1e-4
+
+
+@pytest.mark.parametrize("run, key", [(REPO / "data" / "lesson09", "[model] norm = 'rmsnorm'")])
+def test_what_gpt2_cannot_express_is_refused_naming_the_key(cli, tmp_path, run, key):
+    result = cli("export", "--run", run, "--format", "hf", "--out", tmp_path / "hf")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert f"--format hf cannot express {key}" in result.stderr
+    assert not (tmp_path / "hf").exists()
+
+
+def test_post_norm_and_swiglu_are_refused_too():
+    from minigpt.export import gpt2_refusal
+
+    base = dict(context=4, n_layer=1, n_head=1, n_embd=4, ffn_hidden=8)
+    assert "norm_position = 'post'" in gpt2_refusal(MiniGPT(ModelConfig(**base, norm_position="post"), 5))
+    assert "activation = 'swiglu'" in gpt2_refusal(MiniGPT(ModelConfig(**base, activation="swiglu"), 5))
+    assert gpt2_refusal(MiniGPT(ModelConfig(**base), 5)) is None
+
+
+def test_an_existing_output_folder_and_an_unknown_format_are_refused(trained, cli, tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    result = cli("export", "--run", trained, "--format", "hf", "--out", tmp_path / "full")
+    assert result.exit_code == 2 and "already exists and is not an empty folder" in result.stderr
+    result = cli("export", "--run", trained, "--format", "onnx", "--out", tmp_path / "x")
+    assert result.exit_code == 2 and "--format 'onnx' is not one of: safetensors, hf" in result.stderr
+
+
+def test_without_the_extra_the_command_says_what_to_install(trained, cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)  # as if it were not installed
+    result = cli("export", "--run", trained, "--format", "safetensors", "--out", tmp_path / "st")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert 'pip install "minigpt[export]"' in result.stderr
