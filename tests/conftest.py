@@ -89,3 +89,16 @@ def run_minigpt(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedPr
 @pytest.fixture
 def minigpt_process():
     return run_minigpt
+
+
+def train_tiny_run(folder: Path, *overrides: str) -> Path:
+    """tiny.toml and tiny.txt in `folder`, trained in-process into folder/run (for module-scoped
+    fixtures that share one small trained run)."""
+    from minigpt.cli import app
+
+    (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
+    result = CliRunner().invoke(app, ["train", "-c", str(folder / "tiny.toml"), "--out", str(folder / "run"),
+                                      "--quiet", *overrides])
+    assert result.exit_code == 0, result.output
+    return folder / "run"

@@ -26,17 +26,10 @@ def test_windows_score_every_target_once_with_half_a_table_of_context(n, context
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from typer.testing import CliRunner
-
-    from conftest import SHAKESPEARE, TINY_CONFIG
-    from minigpt.cli import app
+    from conftest import train_tiny_run
 
     folder = tmp_path_factory.mktemp("eval")
-    (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
-    (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    result = CliRunner().invoke(app, ["train", "-c", folder / "tiny.toml", "--out", folder / "run", "--quiet",
-                                      "--steps", "60", "--set", "train.eval_interval=60", "--set", "train.eval_batches=64"])
-    assert result.exit_code == 0, result.output
+    train_tiny_run(folder, "--steps", "60", "--set", "train.eval_interval=60", "--set", "train.eval_batches=64")
     return folder
 
 

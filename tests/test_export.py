@@ -18,19 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from typer.testing import CliRunner
+    from conftest import train_tiny_run
 
-    from conftest import SHAKESPEARE, TINY_CONFIG
-    from minigpt.cli import app
-
-    folder = tmp_path_factory.mktemp("export")
-    (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
-    (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    result = CliRunner().invoke(app, ["train", "-c", folder / "tiny.toml", "--out", folder / "run", "--quiet",
-                                      "--set", 'tokenizer.kind="bpe"', "--set", "tokenizer.vocab_size=300",
-                                      "--set", "model.activation=\"gelu\""])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
+    return train_tiny_run(tmp_path_factory.mktemp("export"), "--set", 'tokenizer.kind="bpe"',
+                          "--set", "tokenizer.vocab_size=300", "--set", 'model.activation="gelu"')
 
 
 def test_safetensors_holds_the_parameters_and_the_model_section(trained, cli, tmp_path):
