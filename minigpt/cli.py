@@ -109,6 +109,7 @@ def trace(
     at_position: bool = typer.Option(False, "--at-position", help="Apply --scale, --replace-residual and --ablate-head at the traced position only (default: every position)."),
     compare_passes: bool = typer.Option(False, "--compare", help="Show the unmodified and the modified pass side by side, with norms, changes and the KL divergence of the next-token distributions."),
     checkpoint: CheckpointOption = "last",
+    png: Optional[Path] = typer.Option(None, "--png", help="Also write every head's attention weights in every block as heat maps (needs matplotlib)."),
 ) -> None:
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
 
@@ -118,7 +119,7 @@ def trace(
 
     command.main(config, run, prompt, ids, position, block, digits, top, as_json, overrides or [],
                  scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes,
-                 checkpoint)
+                 checkpoint, png)
 
 
 @app.command(name="eval")
@@ -150,6 +151,18 @@ def export(
     from .commands import export as command
 
     command.main(config, run, format, out, overrides or [], checkpoint)
+
+
+@app.command()
+def plot(
+    runs: List[Path] = typer.Argument(..., help="Run folders to overlay."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="PNG to write (needs matplotlib); without it, a text plot."),
+    x: str = typer.Option("step", "--x", help="step, or time (seconds of training)."),
+) -> None:
+    """Training loss, validation loss and validation bits/byte of one or several runs, overlaid."""
+    from .commands import plot as command
+
+    command.main(runs, out, x)
 
 
 @app.command()

@@ -99,6 +99,7 @@ class BlockTrace:
     attention_weights: list[list[float]]  # [head][key] over the visible keys 0..position
     attention_shape: list[int]         # [1, H, T, T]
     logit_lens: list[Candidate]        # this block's output through final_norm and the head
+    full_attention: list[list[list[float]]] = field(default_factory=list, repr=False)  # [head][query][key]; not in JSON
 
 
 @dataclass
@@ -117,6 +118,8 @@ class Trace:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         del out["probabilities"]
+        for block in out["blocks"]:
+            del block["full_attention"]
         if not self.interventions:
             del out["interventions"]
         return out
@@ -249,4 +252,5 @@ def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i
         attention_weights=weights[0, :, p, :p + 1].tolist(),  # [head][key], the visible keys 0..p
         attention_shape=list(weights.shape),
         logit_lens=_ranked(tokenizer, lens_logits, top),
+        full_attention=weights[0].tolist(),
     )

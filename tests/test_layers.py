@@ -31,6 +31,7 @@ ALLOWED = {
     "interventions": {"errors", "model"},
     "scoring": {"model"},
     "export": {"errors", "model", "tokenizer"},
+    "plot": {"errors", "io", "trace"},
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
     "train": {"config", "data", "device", "errors", "events", "generate", "model", "run"},

@@ -20,7 +20,7 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids
          position: Optional[int], block: Optional[int], digits: int, top: int, as_json: bool,
          overrides: list[str], scale: list[str] = (), replace_residual: list[str] = (),
          ablate_head: list[str] = (), set_input: Optional[str] = None, at_position: bool = False,
-         compare_passes: bool = False, checkpoint: str = "last") -> None:
+         compare_passes: bool = False, checkpoint: str = "last", png: Optional[Path] = None) -> None:
     with user_errors():
         if (prompt is None) == (ids is None):
             raise MinigptError("give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4")
@@ -42,6 +42,10 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids
             return
         result = trace_position(model, tokenizer, token_ids, position=position, block=block, top=top,
                                 interventions=interventions, only_at_position=at_position)
+        if png is not None:
+            from ..plot import attention_figure, save_png
+
+            save_png(attention_figure(result), png)
         typer.echo(result.to_json() if as_json else render_text(result, digits=digits))
 
 

@@ -1,0 +1,83 @@
+"""`minigpt plot` and `minigpt trace --png`: figures with the expected panels, valid PNG files, a
+text plot without a file, and one-line refusals (no metrics, no matplotlib)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from minigpt.plot import attention_figure, curves_figure, read_metrics  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from conftest import train_tiny_run
+
+    a = train_tiny_run(tmp_path_factory.mktemp("a"), "--set", "train.eval_interval=5")
+    b = train_tiny_run(tmp_path_factory.mktemp("b"), "--set", "train.eval_interval=5", "--set", 'model.norm_position="post"')
+    return a, b
+
+
+def test_curves_overlay_every_run_in_three_panels(runs, cli, tmp_path):
+    a, b = runs
+    figure = curves_figure({"pre": read_metrics(a), "post": read_metrics(b)})
+    assert len(figure.axes) == 3
+    for ax in figure.axes:
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pre", "post"]
+        assert len(ax.get_lines()) == 2
+    evals = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert list(figure.axes[2].get_lines()[0].get_ydata()) == [r["val_bpb"] for r in evals]
+    out = tmp_path / "curves.png"
+    result = cli("plot", a, b, "-o", out, "--x", "time")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(PNG)
+
+
+def test_without_a_file_the_curves_are_drawn_in_text(runs, cli):
+    a, b = runs
+    result = cli("plot", a, b)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("validation bits/byte against step")
+    assert any("*" in line for line in lines[1:-2]) and any("o" in line.split("|", 1)[-1] for line in lines[1:-2])
+    assert lines[-2].strip().startswith("* ") and lines[-1].strip().startswith("o ")
+
+
+def test_trace_png_draws_every_head_of_every_block(runs, cli, tmp_path):
+    a, _ = runs
+    out = tmp_path / "attention.png"
+    result = cli("trace", "--run", a, "-p", "ROMEO:", "--png", out)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(PNG)
+    from minigpt.config import load_config
+    from minigpt.run import load_model
+    from minigpt.trace import prompt_ids, trace_position
+
+    model, tokenizer = load_model(load_config(a / "config.toml"), a)
+    trace = trace_position(model, tokenizer, prompt_ids(tokenizer, "ROMEO:"))
+    figure = attention_figure(trace)
+    assert len(figure.axes) == model.cfg.n_layer * model.cfg.n_head
+    image = figure.axes[0].get_images()[0].get_array()
+    assert image.mask[0, 1] and not image.mask[1, 0]  # a query never sees later keys: blank above the diagonal
+
+
+def test_a_folder_without_metrics_and_a_bad_axis_are_refused(cli, tmp_path, runs):
+    result = cli("plot", tmp_path)
+    assert result.exit_code == 2 and f"{tmp_path} has no metrics.jsonl" in result.stderr
+    result = cli("plot", runs[0], "--x", "epoch")
+    assert result.exit_code == 2 and "--x 'epoch' is not one of: step, time" in result.stderr
+
+
+def test_without_matplotlib_the_command_says_what_to_install(runs, cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = cli("plot", runs[0], "-o", tmp_path / "x.png")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert 'pip install -e ".[plot]"' in result.stderr
+    assert not (tmp_path / "x.png").exists()
