@@ -166,10 +166,12 @@ class Batches:
     """Random windows of context + 1 tokens (inputs and next-token targets) from one split. The ids
     stay as they are (a memory-mapped uint16 array); only each batch is gathered and widened."""
 
-    def __init__(self, ids: np.ndarray, context: int, batch_size: int, device: str = "cpu"):
+    def __init__(self, ids: np.ndarray, context: int, batch_size: int, device: str = "cpu", rank: int = 0,
+                 world_size: int = 1):
         self.ids = ids
         self.offsets = np.arange(context + 1)
         self.context, self.batch_size, self.device = context, batch_size, device
+        self.rank, self.world_size = rank, world_size  # data parallel: this rank's rows of the global batch
 
     def windows(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = starts.numpy()[:, None] + self.offsets  # [B, context + 1] positions in the split
@@ -178,7 +180,9 @@ class Batches:
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def sample(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(len(self.ids) - self.context, (self.batch_size,), generator=generator)
+        # The global batch a single process would draw; this rank keeps its own rows of it.
+        starts = torch.randint(len(self.ids) - self.context, (self.batch_size * self.world_size,), generator=generator)
+        starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
         return self.windows(starts)
 
     def fixed(self, n_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -19,7 +19,7 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
@@ -28,7 +28,9 @@ import torch
 from . import run as run_folder
 from .config import Config
 from .data import Batches, Corpus, load_corpus
+from . import distributed
 from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
+from .distributed import World
 from .errors import MinigptError
 from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
 from .generate import generate
@@ -165,6 +167,8 @@ class Session:
     resumed: bool = False
     notes: list[str] = field(default_factory=list)  # things worth telling the user, said by the command
     lock: run_folder.RunLock | None = None  # held while this session may write its run folder
+    world: World = field(default_factory=World)  # this process's place in a data-parallel run
+    forward_model: Any = None  # what the step calls: the model, or its DistributedDataParallel wrapper
 
     def close(self) -> None:
         """Release the run folder for the next writer."""
@@ -174,25 +178,42 @@ class Session:
     @property
     def tokens_per_step(self) -> int:
         tc = self.cfg.train
-        return tc.batch_size * tc.grad_accum * self.cfg.model.context
+        return tc.batch_size * tc.grad_accum * self.cfg.model.context * self.world.size
+
+    @property
+    def identity_cfg(self) -> Config:
+        return global_batch_config(self.cfg, self.world)
 
     @property
     def finished(self) -> bool:
         return self.step >= self.cfg.train.steps
 
     def hashes(self) -> dict[str, str]:
-        return {"config": run_folder.config_hash(run_folder.training_identity(self.cfg)),
+        return {"config": run_folder.config_hash(run_folder.training_identity(self.identity_cfg)),
                 "tokenizer": self.corpus.tokenizer.fingerprint(), "corpus": self.corpus.sha256}
 
     def checkpoint(self, step: int) -> dict[str, Any]:
         """What a checkpoint at `step` holds: enough to continue bitwise where it stopped."""
         state = run_folder.model_payload(self.cfg, self.model)
         state.update(optimizer=self.optimizer.state_dict(), step=step, rng=rng_states(self.generator),
-                     hashes=self.hashes(), identity=run_folder.training_identity(self.cfg))
+                     hashes=self.hashes(), identity=run_folder.training_identity(self.identity_cfg))
         return state
 
 
-def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None) -> Session:
+def global_batch_config(cfg: Config, world: World) -> Config:
+    """What a run computes is fixed by its global batch (batch_size x world size): a 2-rank run of
+    4 and a 1-process run of 8 are the same run, so identity and resume compare that."""
+    if not world.distributed:
+        return cfg
+    return replace(cfg, train=replace(cfg.train, batch_size=cfg.train.batch_size * world.size))
+
+
+class RefusedElsewhere(MinigptError):
+    """Rank 0 refused; this rank stops too, and leaves the one-line message to rank 0."""
+
+
+def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None,
+          world: World = World()) -> Session:
     """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given."""
     tc = cfg.train
     torch.manual_seed(tc.seed)
@@ -205,20 +226,28 @@ def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, A
         optimizer.load_state_dict(payload["optimizer"])
         restore_rng_states(payload["rng"], generator)
         step = payload["step"]
-    train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device)
-    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device).fixed(tc.eval_batches)
+    train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device, world.rank, world.size)
+    # Every rank evaluates the same windows a single process with the global batch would.
+    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size * world.size, device).fixed(tc.eval_batches)
     precision = pick_precision(tc.precision, device, cfg.model.dtype)
     return Session(cfg, corpus, device, model, optimizer, generator, train_batches, val_windows, step,
-                   precision, resumed=payload is not None)
+                   precision, resumed=payload is not None, world=world, forward_model=model)
 
 
 def start(cfg: Config, resume: bool = False, force: bool = False,
           preparing: Callable[[str], ContextManager] = lambda message: nullcontext(),
-          progress: Callable[[str, int], ContextManager] | None = None) -> Session:
+          progress: Callable[[str, int], ContextManager] | None = None, world: World = World()) -> Session:
     """Check everything, then build the session and create (or reopen) the run folder `cfg.run_dir`
     with a loadable checkpoint in it. Nothing is written before every check has passed.
     `preparing(message)` wraps the slow corpus preparation and `progress(label, total)` follows
     it (see data.load_corpus); the command shows both on a terminal."""
+    if world.distributed:
+        return _start_distributed(cfg, resume, force, preparing, progress, world)
+    return _start_here(cfg, resume, force, preparing, progress, world)
+
+
+def _start_here(cfg: Config, resume: bool, force: bool, preparing, progress, world: World) -> Session:
+    """The one process that checks, prepares and writes (the only one, or rank 0)."""
     run_dir = cfg.run_dir
     # The lock comes first, so a second trainer hears that the folder is busy, whatever its flags;
     # a folder whose parent does not exist yet is locked once the parent is made (after the checks).
@@ -227,7 +256,7 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
         if run_dir.parent.is_dir():
             lock.acquire()
         run_folder.check_writable(run_dir, resume, force)
-        session = _start(cfg, resume, force, preparing, progress, lock)
+        session = _start(cfg, resume, force, preparing, progress, lock, world)
     except BaseException:
         lock.release()
         raise
@@ -235,8 +264,36 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
     return session
 
 
+def _start_distributed(cfg: Config, resume: bool, force: bool, preparing, progress, world: World) -> Session:
+    """Rank 0 checks, fits the tokenizer, caches the ids and creates the run folder, as one process
+    would; then every other rank builds the same session from the cache (and the checkpoint), and
+    every rank wraps the model in DistributedDataParallel. A refusal on rank 0 stops every rank."""
+    session, error = None, None
+    if world.is_main:
+        try:
+            session = _start_here(cfg, resume, force, preparing, progress, world)
+        except MinigptError as exc:
+            error = str(exc)
+    error = distributed.share(world, error)  # also the barrier: the cache and the folder exist now
+    if error is not None:
+        if world.is_main:
+            raise MinigptError(error)
+        raise RefusedElsewhere(error)
+    if not world.is_main:
+        corpus = load_corpus(cfg)  # the cache rank 0 wrote
+        payload = run_folder.load_checkpoint(cfg.run_dir / run_folder.CHECKPOINT_FILE) if resume else None
+        device = pick_device(cfg.train.device)
+        use_threads(cfg.train.threads)
+        session = build(cfg, corpus, f"cuda:{world.local_rank}" if device.startswith("cuda") else device,
+                        payload, world)
+    # gradients averaged across ranks at each step; rank 0's weights broadcast here
+    session.forward_model = torch.nn.parallel.DistributedDataParallel(session.model)
+    return session
+
+
 def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], ContextManager],
-           progress: Callable[[str, int], ContextManager] | None, lock: run_folder.RunLock) -> Session:
+           progress: Callable[[str, int], ContextManager] | None, lock: run_folder.RunLock,
+           world: World = World()) -> Session:
     tc = cfg.train
     run_dir = cfg.run_dir
     payload = run_folder.load_checkpoint(run_dir / run_folder.CHECKPOINT_FILE) if resume else None
@@ -248,13 +305,13 @@ def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], Co
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
         corpus = load_corpus(cfg, on_status=notes.append, **({"progress": progress} if progress else {}))
     if payload is not None:
-        run_folder.check_resume(payload, cfg, corpus.tokenizer, corpus.sha256, corpus.path)
+        run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path)
 
     device = pick_device(tc.device)
     check_dtype(device, cfg.model.dtype)
     check_memory(cfg, corpus.tokenizer.vocab_size, device)
     use_threads(tc.threads)
-    session = build(cfg, corpus, device, payload)
+    session = build(cfg, corpus, device, payload, world)
     session.notes = notes
 
     # Everything is validated: only now is the run folder created or replaced.
@@ -377,15 +434,20 @@ class Trainer:
         for group in s.optimizer.param_groups:  # AdamW takes the schedule as is, Muon in proportion
             group["lr"] = lr if "peak_lr" not in group else group["peak_lr"] * lr / tc.learning_rate
         total = 0.0
-        for _ in range(tc.grad_accum):
+        forward = s.forward_model or s.model
+        for micro in range(tc.grad_accum):
             x, y = s.train_batches.sample(s.generator)
-            with autocast(s.device, s.precision):
-                _, loss = s.model(x, y)
-            (loss / tc.grad_accum).backward()
+            # Ranks exchange gradients once a step: not on the micro-steps before the last.
+            quiet = forward.no_sync() if s.world.distributed and micro < tc.grad_accum - 1 else nullcontext()
+            with quiet:
+                with autocast(s.device, s.precision):
+                    _, loss = forward(x, y)
+                (loss / tc.grad_accum).backward()
             total += loss.item() / tc.grad_accum
+        total = distributed.mean(s.world, total)  # the global batch's loss, the same on every rank
         # With grad_clip = 0 the norm is still measured (a clip at infinity multiplies by exactly 1).
         norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
-        if not (math.isfinite(total) and math.isfinite(norm)):
+        if distributed.any_rank(s.world, not (math.isfinite(total) and math.isfinite(norm))):
             s.optimizer.zero_grad(set_to_none=True)
             self.diverged = Diverged(s.step + 1, total, norm)
             return total, lr
@@ -419,7 +481,7 @@ class Trainer:
                     self._emit("on_eval", EvalDone(step, **last_val))
                 if step % tc.checkpoint_interval == 0 or step == tc.steps:
                     self._emit("on_checkpoint", CheckpointDue(step, "end" if step == tc.steps else "interval"))
-                if self.stop_requested and step < tc.steps:
+                if distributed.any_rank(s.world, self.stop_requested) and step < tc.steps:
                     self._emit("on_checkpoint", CheckpointDue(step, "stop"))
                     self._emit("on_stop", StopRequested(step, tc.steps))
                     break

@@ -34,7 +34,8 @@ ALLOWED = {
     "plot": {"errors", "io", "trace"},
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
-    "train": {"config", "data", "device", "errors", "events", "generate", "model", "run"},
+    "distributed": set(),
+    "train": {"config", "data", "device", "distributed", "errors", "events", "generate", "model", "run"},
 }
 
 

@@ -21,14 +21,19 @@ from ..device import keep_freed_memory
 from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
 from ..run import METRICS_FILE, BestKeeper, MetricsLog
-from ..train import CheckpointSaver, Sampler, Trainer, estimate_seconds, start
+from .. import distributed
+from ..device import pick_device
+from ..train import CheckpointSaver, RefusedElsewhere, Sampler, Trainer, estimate_seconds, start
 from .common import command_line, flags, refuse, say, shown_path, user_errors
 
 
 def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
          overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
     with user_errors():
-        _train(config, data, out, steps, overrides, resume, force, quiet)
+        try:
+            _train(config, data, out, steps, overrides, resume, force, quiet)
+        except RefusedElsewhere:  # rank 0 printed the refusal; this rank stops with it, silently
+            raise typer.Exit(2) from None
 
 
 def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
@@ -40,12 +45,17 @@ def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], st
     cfg = load_config(config, overrides, flags({"train.data": str(data) if data else None,
                                                 "train.out": str(out) if out else None,
                                                 "train.steps": steps}))
-    session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
-                    progress=lambda label, total: _progress(quiet, label, total))
+    world = distributed.from_environment(pick_device(cfg.train.device))  # torchrun: one process per rank
+    quiet = quiet or not world.is_main  # one voice: rank 0's
     try:
-        _run(session, config, data, out, steps, overrides, quiet)
+        session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
+                        progress=lambda label, total: _progress(quiet, label, total), world=world)
+        try:
+            _run(session, config, data, out, steps, overrides, quiet)
+        finally:
+            session.close()
     finally:
-        session.close()
+        distributed.finish(world)
 
 
 def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
@@ -73,17 +83,19 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     resume_with = command_line("minigpt", "train", *again, "--resume")
     saver = CheckpointSaver(session)
     try:
-        metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
-                             keep_through_step=session.step if session.resumed else None)
-        best = BestKeeper(run_dir, cfg, session.model)
         bar = ProgressBar(session.step, tc.steps, quiet)
+        writers = []
+        if session.world.is_main:  # only rank 0 writes the run folder
+            metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
+                                 keep_through_step=session.step if session.resumed else None)
 
-        def show(step: int, text: str) -> None:
-            metrics.write({"step": step, "sample": text})
-            if not quiet:
-                bar.bar.write(f"--- sample at step {step} ---\n{(tc.sample_prompt or '') + text}", file=sys.stderr)
+            def show(step: int, text: str) -> None:
+                metrics.write({"step": step, "sample": text})
+                if not quiet:
+                    bar.bar.write(f"--- sample at step {step} ---\n{(tc.sample_prompt or '') + text}", file=sys.stderr)
 
-        trainer = Trainer(session, [metrics, saver, best, Sampler(session, show), bar])
+            writers = [metrics, saver, BestKeeper(run_dir, cfg, session.model), Sampler(session, show)]
+        trainer = Trainer(session, [*writers, bar])
         with _ctrl_c_stops(trainer.request_stop):
             result = trainer.run()
     except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically, so it stands
@@ -137,7 +149,8 @@ class ProgressBar(Listener):
 
 @contextmanager
 def _ctrl_c_stops(request_stop) -> Iterator[None]:
-    """The first Ctrl-C asks for a stop at the next step boundary; a second one stops at once."""
+    """The first Ctrl-C (or SIGTERM, which torchrun sends its workers) asks for a stop at the next
+    step boundary; a second one stops at once."""
     asked = []
 
     def handler(signum, frame):
@@ -147,14 +160,15 @@ def _ctrl_c_stops(request_stop) -> Iterator[None]:
         request_stop()
 
     try:
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @contextmanager
