@@ -77,5 +77,7 @@ def mean(world: World, value: float) -> float:
 
 
 def finish(world: World) -> None:
+    """Every rank reaches the end before the group goes (a rank leaving early would abort the others)."""
     if world.distributed and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()

@@ -54,6 +54,7 @@ def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], st
             _run(session, config, data, out, steps, overrides, quiet)
         finally:
             session.close()
+            session.forward_model = None  # the DDP wrapper goes before its process group
     finally:
         distributed.finish(world)
 
