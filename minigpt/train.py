@@ -264,6 +264,12 @@ def _start_here(cfg: Config, resume: bool, force: bool, preparing, progress, wor
     return session
 
 
+def rank_device(name: str, world: World) -> str:
+    """`[train] device` for this process: under torchrun each rank has its own GPU (LOCAL_RANK)."""
+    device = pick_device(name)
+    return f"cuda:{world.local_rank}" if world.distributed and device.startswith("cuda") else device
+
+
 def _start_distributed(cfg: Config, resume: bool, force: bool, preparing, progress, world: World) -> Session:
     """Rank 0 checks, fits the tokenizer, caches the ids and creates the run folder, as one process
     would; then every other rank builds the same session from the cache (and the checkpoint), and
@@ -282,10 +288,8 @@ def _start_distributed(cfg: Config, resume: bool, force: bool, preparing, progre
     if not world.is_main:
         corpus = load_corpus(cfg)  # the cache rank 0 wrote
         payload = run_folder.load_checkpoint(cfg.run_dir / run_folder.CHECKPOINT_FILE) if resume else None
-        device = pick_device(cfg.train.device)
         use_threads(cfg.train.threads)
-        session = build(cfg, corpus, f"cuda:{world.local_rank}" if device.startswith("cuda") else device,
-                        payload, world)
+        session = build(cfg, corpus, rank_device(cfg.train.device, world), payload, world)
     # gradients averaged across ranks at each step; rank 0's weights broadcast here
     session.forward_model = torch.nn.parallel.DistributedDataParallel(session.model)
     return session
@@ -307,7 +311,7 @@ def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], Co
     if payload is not None:
         run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path)
 
-    device = pick_device(tc.device)
+    device = rank_device(tc.device, world)
     check_dtype(device, cfg.model.dtype)
     check_memory(cfg, corpus.tokenizer.vocab_size, device)
     use_threads(tc.threads)

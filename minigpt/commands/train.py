@@ -103,14 +103,18 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         refuse(f"could not write to the run folder {run_dir} ({exc.strerror or exc}); its last checkpoint (step "
                f"{saver.last_step}) is intact: make room, then resume with: {resume_with}", code=1)
 
+    main = session.world.is_main
     if result.diverged is not None:
+        if not main:  # every rank stops; rank 0 says why
+            raise typer.Exit(1)
         d = result.diverged
         refuse(f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): it was not applied "
                f"and training stopped; the last good checkpoint (step {saver.last_step}) is intact in {run_dir}. Lower "
                f"train.learning_rate or set train.grad_clip (for example 1.0) and train again with --force; "
                f"--resume retries from step {saver.last_step} with the same settings", code=1)
     if result.stopped:
-        say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}")
+        say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}",
+            quiet=not main)
         raise typer.Exit(130)
     val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
     say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
