@@ -4,7 +4,6 @@ the Figure, so callers (and tests) can inspect its panels before saving it."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -23,19 +22,6 @@ def _pyplot():
     except ImportError:
         raise MinigptError(f"plotting needs matplotlib, which is not installed; {EXTRA}") from None
     return plt
-
-
-def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """A run's metrics.jsonl as training records and evaluation records."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise MinigptError(f"{run_dir} has no metrics.jsonl; plot reads run folders written by `minigpt train`")
-    try:
-        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except ValueError:
-        raise MinigptError(f"{path} is not one JSON object per line; the run folder is damaged") from None
-    return {"train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],
-            "eval": [r for r in records if r.get("eval")]}
 
 
 def curves_figure(runs: dict[str, dict[str, list[dict[str, Any]]]], x: str = "step"):

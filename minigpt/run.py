@@ -303,6 +303,20 @@ class BestKeeper(Listener):
 
 # ---------------------------------------------------------------- reading a run
 
+def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """A run's metrics.jsonl as training records and evaluation records."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise MinigptError(f"{run_dir} has no metrics.jsonl; plot reads run folders written by `minigpt train`")
+    try:
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except ValueError:
+        raise MinigptError(f"{path} is not one JSON object per line; the run folder is damaged") from None
+    return {"train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],
+            "eval": [r for r in records if r.get("eval")]}
+
+
+
 def reading_config(config: Path | None, run_dir: Path | None, overrides: list[str],
                    flags: dict[str, tuple[str, Any]] | None = None) -> tuple[Config, Path]:
     """The config and run folder of a command that reads a run (sample, trace, ...).

@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from minigpt.plot import attention_figure, curves_figure, read_metrics  # noqa: E402
+from minigpt.plot import attention_figure, curves_figure  # noqa: E402
+from minigpt.run import read_metrics  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from ..errors import MinigptError
-from ..plot import curves_figure, read_metrics, save_png, text_curves
+from ..plot import curves_figure, save_png, text_curves
+from ..run import read_metrics
 from .common import shown_path, user_errors
 
 

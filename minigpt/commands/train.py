@@ -7,7 +7,6 @@ at once). The run folder describes itself, so the follow-up command shown is `sa
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from ..config import load_config
 from ..device import keep_freed_memory
 from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
-from ..run import METRICS_FILE, BestKeeper, MetricsLog
+from ..run import METRICS_FILE, BestKeeper, MetricsLog, read_metrics
 from .. import distributed
 from ..device import pick_device
 from ..train import CheckpointSaver, RefusedElsewhere, Sampler, Trainer, estimate_seconds, start
@@ -119,7 +118,7 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
     say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
         f"val loss {val}; run folder {run_dir}\n"
-        f"{_val_curve(run_dir / METRICS_FILE)}"
+        f"{_val_curve(run_dir)}"
         f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"", quiet)
 
 
@@ -218,11 +217,11 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARKS[round((v - low) / span * (len(SPARKS) - 1))] for v in values)
 
 
-def _val_curve(metrics: Path) -> str:
+def _val_curve(run_dir: Path) -> str:
     """The validation loss of every evaluation so far, as a sparkline (a curve without matplotlib)."""
     try:
-        evals = [r for r in map(json.loads, metrics.read_text(encoding="utf-8").splitlines()) if r.get("eval")]
-    except (OSError, ValueError):
+        evals = read_metrics(run_dir)["eval"]
+    except MinigptError:
         return ""
     if len(evals) < 2:
         return ""
