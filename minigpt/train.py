@@ -34,7 +34,7 @@ from .distributed import World
 from .errors import MinigptError
 from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
 from .generate import generate
-from .model import MiniGPT
+from .model import MiniGPT, check_context
 
 
 def learning_rate(step: int, cfg) -> float:
@@ -311,6 +311,9 @@ def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], Co
     if payload is not None:
         run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path)
 
+    if tc.sample_every:  # samples during training: a prompt the table cannot hold is refused, never cropped
+        check_context(len(corpus.tokenizer.encode(tc.sample_prompt or "\n")), cfg.model.context,
+                      "[train] sample_prompt", "shorten it")
     device = rank_device(tc.device, world)
     check_dtype(device, cfg.model.dtype)
     check_memory(cfg, corpus.tokenizer.vocab_size, device)
@@ -390,7 +393,7 @@ class Sampler(Listener):
         self.session, self.show = session, show
         tc = session.cfg.train
         self.every, self.tokens = tc.sample_every, tc.sample_tokens
-        self.prompt = session.corpus.tokenizer.encode(tc.sample_prompt or "\n")[-session.cfg.model.context:]
+        self.prompt = session.corpus.tokenizer.encode(tc.sample_prompt or "\n")  # start() checked its length
 
     def on_step(self, event: StepDone) -> None:
         if not self.every or event.step % self.every:

@@ -623,3 +623,11 @@ def test_samples_during_training_are_shown_and_logged_and_change_no_weight(cli, 
     b = torch.load(sampled / "checkpoint.pt", weights_only=True)
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])  # the global RNG was never drawn from
+
+
+def test_a_sample_prompt_longer_than_the_table_is_refused_before_anything_is_written(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--set", "train.sample_every=5",
+                          "--set", 'train.sample_prompt="ROMEO: far longer than eight"'))
+    assert "[train] sample_prompt has 27 tokens but the position table has 8 rows" in line
+    assert not run.exists()
