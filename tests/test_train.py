@@ -629,5 +629,5 @@ def test_a_sample_prompt_longer_than_the_table_is_refused_before_anything_is_wri
     run = tmp_path / "run"
     line = error_line(cli("train", "-c", tiny_config, "--out", run, "--set", "train.sample_every=5",
                           "--set", 'train.sample_prompt="ROMEO: far longer than eight"'))
-    assert "[train] sample_prompt has 27 tokens but the position table has 8 rows" in line
+    assert "[train] sample_prompt has 28 tokens but the position table has 8 rows" in line
     assert not run.exists()
