@@ -106,12 +106,20 @@ def _no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
 
 
 def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: None,
-                progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress) -> Corpus:
+                progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress,
+                fitted: tuple[TextTokenizer, str] | None = None) -> Corpus:
     """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input.
     `progress(label, total_characters)` gives a callable told how many characters were done, for
-    a progress bar on a large text (the command draws it; nothing is drawn here)."""
+    a progress bar on a large text (the command draws it; nothing is drawn here).
+
+    `fitted = (tokenizer, sha256)`: the tokenizer another process fitted to the text with that
+    sha256 (rank 0 of a data-parallel run). The text here must be that text; it is encoded with
+    that tokenizer, not fitted again, unless this machine's cache already holds the same ids."""
     path = Path(cfg.train.data)
     text, sha = read_text(path)
+    if fitted is not None and sha != fitted[1]:
+        raise MinigptError(f"training text {path} here is not the text rank 0 trains on (sha256 {sha[:12]}... != "
+                           f"{fitted[1][:12]}...); every machine needs the same file at the same path")
     train_text, val_text = split_text(text, cfg.train.val_fraction)
     if cfg.tokenizer.kind == "char":
         unseen = sorted(set(val_text) - set(train_text))
@@ -125,14 +133,18 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
     folder = cache_root() / key
     files = [folder / name for name in ("tokenizer.json", "train.npy", "val.npy")]
-    if all(f.exists() for f in files):
+    cached = TextTokenizer.load(files[0]) if all(f.exists() for f in files) else None
+    if cached is not None and (fitted is None or cached.fingerprint() == fitted[0].fingerprint()):
         on_status(f"token cache hit: {folder}")
-        tokenizer = TextTokenizer.load(files[0])
+        tokenizer = cached
         train_ids, val_ids = (np.load(f, mmap_mode="r") for f in files[1:])
     else:
-        with progress(f"fitting the {cfg.tokenizer.kind} tokenizer", len(train_text)) as advance:
-            fitted = train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text, advance)
-        tokenizer = TextTokenizer(fitted)
+        if fitted is not None:
+            tokenizer = fitted[0]
+        else:
+            with progress(f"fitting the {cfg.tokenizer.kind} tokenizer", len(train_text)) as advance:
+                tokenizer = TextTokenizer(train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text,
+                                                          advance))
         with progress("encoding the text", len(text)) as advance:
             train_ids, val_ids = _encode(tokenizer, train_text, advance), _encode(tokenizer, val_text, advance)
         try:
@@ -140,11 +152,12 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
             atomic_write(files[1], lambda f: np.save(f, train_ids), binary=True)
             atomic_write(files[2], lambda f: np.save(f, val_ids), binary=True)
             atomic_write_text(files[0], tokenizer.to_str())  # last: its presence marks a complete entry
-            cached = f"token ids cached in {folder}"
+            where = f"token ids cached in {folder}"
         except OSError as exc:
-            cached = f"token cache not written ({exc.strerror}), so the next run encodes again"
-        on_status(f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} "
-                  f"characters; {cached}")
+            where = f"token cache not written ({exc.strerror}), so the next run encodes again"
+        done = (f"encoded {len(text):,} characters with rank 0's {cfg.tokenizer.kind} tokenizer" if fitted else
+                f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} characters")
+        on_status(f"{done}; {where}")
     corpus = Corpus(tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")),
                     len(val_text.encode("utf-8")), sha, path)
     _check_long_enough(corpus, cfg.model.context)
@@ -186,7 +199,9 @@ class Batches:
         return self.windows(starts)
 
     def fixed(self, n_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Evenly spaced windows across the split: the same ones at every evaluation, no RNG used."""
-        count = n_batches * self.batch_size
-        starts = torch.linspace(0, len(self.ids) - self.context - 1, count).long()
-        return [self.windows(chunk) for chunk in starts.split(self.batch_size)]
+        """Evenly spaced windows across the split: the same ones at every evaluation, no RNG used.
+        Like `sample`, each rank keeps its rows of every global batch."""
+        size = self.batch_size * self.world_size
+        starts = torch.linspace(0, len(self.ids) - self.context - 1, n_batches * size).long()
+        return [self.windows(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size])
+                for chunk in starts.split(size)]

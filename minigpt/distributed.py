@@ -2,21 +2,31 @@
 
     torchrun --standalone --nproc_per_node=2 -m minigpt train ...
 
-`World` says who this process is. Under torchrun (WORLD_SIZE > 1) the process group is gloo on
-the CPU and NCCL on CUDA, one device per rank (LOCAL_RANK). A plain `minigpt train` is a world of
-one and touches nothing here. `[train] batch_size` is per process: rank r takes rows
+`World` says who this process is. Under torchrun (WORLD_SIZE > 1) the process group is gloo for
+CPU tensors and NCCL for CUDA ones, one device per rank (LOCAL_RANK). A plain `minigpt train` is a
+world of one and touches nothing here. `[train] batch_size` is per process: rank r takes rows
 r*batch_size .. (r+1)*batch_size - 1 of the global batch a single process with
 batch_size x world_size would draw (data.Batches), so the ranks together compute what one process
 computes with the union batch.
+
+The ranks move in step: every decision that could end the run on one rank (a refusal, a failed
+write, a non-finite loss, a stop request) is agreed by all before any acts on it (`agree`,
+`any_rank`), so no rank is left waiting on a collective the others will never join.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from .errors import MinigptError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,37 +44,83 @@ class World:
         return self.size > 1
 
 
-def from_environment(device: str) -> World:
+def from_environment() -> World:
     """The world torchrun describes in the environment, with the process group started; a world
-    of one (nothing started) without torchrun."""
+    of one (nothing started) without torchrun. Small messages (decisions, losses, refusals) go
+    over gloo on the CPU; gradients of a model on a GPU go over NCCL."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     return World(rank, size, local_rank)
 
 
+class RefusedElsewhere(MinigptError):
+    """Another rank refused or failed; this rank stops too, and leaves the one line to rank 0."""
+
+
+def agree(world: World, work: Callable[[], T]) -> T:
+    """Run `work` on this rank and go on only if it succeeded on every rank. A collective: every
+    rank calls it at the same point. If any rank failed, all stop at once instead of waiting on
+    each other: rank 0 raises the first failing rank's refusal (naming that rank and its machine
+    when it is not rank 0), so the one line is printed once; a rank whose failure was not a
+    refusal re-raises its own error; every other rank raises RefusedElsewhere."""
+    if not world.distributed:
+        return work()
+    result, failure = None, None
+    try:
+        result = work()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
+        failure = exc
+    told = [None] * world.size
+    dist.all_gather_object(told, None if failure is None else
+                           (str(failure), isinstance(failure, MinigptError), socket.gethostname()))
+    failed = [(rank, said) for rank, said in enumerate(told) if said is not None]
+    if not failed:
+        return result
+    if failure is not None and not isinstance(failure, MinigptError):
+        raise failure
+    rank, (message, refused, host) = failed[0]
+    if world.is_main:
+        if rank == 0:
+            raise failure
+        if not refused:
+            raise MinigptError(f"rank {rank} (on {host}) stopped with an internal error ({message}); its own "
+                               f"output has the details")
+        raise MinigptError(f"rank {rank} (on {host}): {message}")
+    raise RefusedElsewhere(message)
+
+
 def share(world: World, value):
-    """Rank 0's `value` on every rank (an error message, a decision)."""
+    """Rank 0's `value` on every rank (the tokenizer, a starting state). Tensors travel through
+    the CPU, so none lands on rank 0's GPU in another process."""
     if not world.distributed:
         return value
-    box = [value]
+    box = [_on_cpu(value) if world.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 
 
-def any_rank(world: World, flag: bool) -> bool:
-    """True on every rank when it is true on any (a stop request, a diverged step)."""
+def _on_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
+
+
+def any_rank(world: World, *flags: bool) -> tuple[bool, ...]:
+    """Each flag, true on every rank when it is true on any (a stop request, a diverged step, a
+    failure)."""
     if not world.distributed:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0])
+        return flags
+    t = torch.tensor([1.0 if flag else 0.0 for flag in flags])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return tuple(bool(v) for v in t.tolist())
 
 
 def mean(world: World, value: float) -> float:
@@ -76,8 +132,11 @@ def mean(world: World, value: float) -> float:
     return float(t.item()) / world.size
 
 
-def finish(world: World) -> None:
-    """Every rank reaches the end before the group goes (a rank leaving early would abort the others)."""
+def finish(world: World, together: bool = True) -> None:
+    """Leave the process group. `together`: every rank is ending at the same point (done, or
+    stopping on an agreed refusal), so each waits for the others first (a rank leaving early would
+    abort them). After a failure only this rank saw, it leaves at once: torchrun stops the rest."""
     if world.distributed and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+        if together:
+            dist.barrier()
+            dist.destroy_process_group()

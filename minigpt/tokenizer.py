@@ -122,6 +122,11 @@ class TextTokenizer:
         except Exception as exc:  # the library raises plain Exceptions for malformed files
             raise MinigptError(f"tokenizer file {path} could not be read ({exc}); retrain the run") from None
 
+    @classmethod
+    def from_str(cls, text: str) -> "TextTokenizer":
+        """The tokenizer `to_str` wrote (as rank 0 of a data-parallel run sends it to the others)."""
+        return cls(Tokenizer.from_str(text))
+
     def to_str(self) -> str:
         return self.tok.to_str()
 

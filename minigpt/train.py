@@ -30,11 +30,12 @@ from .config import Config
 from .data import Batches, Corpus, load_corpus
 from . import distributed
 from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
-from .distributed import World
+from .distributed import RefusedElsewhere, World
 from .errors import MinigptError
 from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
 from .generate import generate
 from .model import MiniGPT, check_context
+from .tokenizer import TextTokenizer
 
 
 def learning_rate(step: int, cfg) -> float:
@@ -119,12 +120,13 @@ def restore_rng_states(states: dict[str, Any], generator: torch.Generator) -> No
 
 
 @torch.no_grad()
-def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float) -> dict[str, float]:
+def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float, world: World = World()) -> dict[str, float]:
     """Mean next-token loss over the fixed validation windows, in nats per token and bits per byte
-    (nats/token x tokens/byte / ln 2: comparable across tokenizers)."""
+    (nats/token x tokens/byte / ln 2: comparable across tokenizers). Under torchrun each rank scores
+    its rows of every window and the ranks' means are averaged: the one-process figure."""
     was_training = model.training
     model.eval()
-    total = sum(model(x, y)[1].item() for x, y in windows) / len(windows)
+    total = distributed.mean(world, sum(model(x, y)[1].item() for x, y in windows) / len(windows))
     model.train(was_training)
     return {"val_loss": total, "val_bpb": total * tokens_per_byte / math.log(2)}
 
@@ -208,10 +210,6 @@ def global_batch_config(cfg: Config, world: World) -> Config:
     return replace(cfg, train=replace(cfg.train, batch_size=cfg.train.batch_size * world.size))
 
 
-class RefusedElsewhere(MinigptError):
-    """Rank 0 refused; this rank stops too, and leaves the one-line message to rank 0."""
-
-
 def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None,
           world: World = World()) -> Session:
     """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given."""
@@ -226,9 +224,10 @@ def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, A
         optimizer.load_state_dict(payload["optimizer"])
         restore_rng_states(payload["rng"], generator)
         step = payload["step"]
+    # Each rank trains and evaluates on its rows of the batches one process with the global batch reads.
     train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device, world.rank, world.size)
-    # Every rank evaluates the same windows a single process with the global batch would.
-    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size * world.size, device).fixed(tc.eval_batches)
+    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device, world.rank,
+                          world.size).fixed(tc.eval_batches)
     precision = pick_precision(tc.precision, device, cfg.model.dtype)
     return Session(cfg, corpus, device, model, optimizer, generator, train_batches, val_windows, step,
                    precision, resumed=payload is not None, world=world, forward_model=model)
@@ -238,29 +237,31 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
           preparing: Callable[[str], ContextManager] = lambda message: nullcontext(),
           progress: Callable[[str, int], ContextManager] | None = None, world: World = World()) -> Session:
     """Check everything, then build the session and create (or reopen) the run folder `cfg.run_dir`
-    with a loadable checkpoint in it. Nothing is written before every check has passed.
-    `preparing(message)` wraps the slow corpus preparation and `progress(label, total)` follows
-    it (see data.load_corpus); the command shows both on a terminal."""
-    if world.distributed:
-        return _start_distributed(cfg, resume, force, preparing, progress, world)
-    return _start_here(cfg, resume, force, preparing, progress, world)
-
-
-def _start_here(cfg: Config, resume: bool, force: bool, preparing, progress, world: World) -> Session:
-    """The one process that checks, prepares and writes (the only one, or rank 0)."""
+    with a loadable checkpoint in it. Nothing is written before every check has passed (on every
+    rank, under torchrun). `preparing(message)` wraps the slow corpus preparation and
+    `progress(label, total)` follows it (see data.load_corpus); the command shows both on a terminal."""
     run_dir = cfg.run_dir
     # The lock comes first, so a second trainer hears that the folder is busy, whatever its flags;
     # a folder whose parent does not exist yet is locked once the parent is made (after the checks).
-    lock = run_folder.RunLock(run_dir)
+    lock = run_folder.RunLock(run_dir) if world.is_main else None
     try:
-        if run_dir.parent.is_dir():
-            lock.acquire()
-        run_folder.check_writable(run_dir, resume, force)
-        session = _start(cfg, resume, force, preparing, progress, lock, world)
+        def check_and_prepare() -> Session:
+            if run_dir.parent.is_dir():
+                lock.acquire()
+            run_folder.check_writable(run_dir, resume, force)
+            return _prepare(cfg, resume, preparing, progress, world)
+
+        session = distributed.agree(world, check_and_prepare if world.is_main else lambda: None)
+        if world.distributed:
+            session = _join(session, cfg, resume, world)
+        distributed.agree(world, lambda: _open_folder(session, lock, force) if world.is_main else None)
     except BaseException:
-        lock.release()
+        if lock is not None:
+            lock.release()
         raise
     session.lock = lock
+    if world.distributed:  # gradients averaged across ranks at each step
+        session.forward_model = torch.nn.parallel.DistributedDataParallel(session.model)
     return session
 
 
@@ -270,40 +271,32 @@ def rank_device(name: str, world: World) -> str:
     return f"cuda:{world.local_rank}" if world.distributed and device.startswith("cuda") else device
 
 
-def _start_distributed(cfg: Config, resume: bool, force: bool, preparing, progress, world: World) -> Session:
-    """Rank 0 checks, fits the tokenizer, caches the ids and creates the run folder, as one process
-    would; then every other rank builds the same session from the cache (and the checkpoint), and
-    every rank wraps the model in DistributedDataParallel. A refusal on rank 0 stops every rank."""
-    session, error = None, None
-    if world.is_main:
-        try:
-            session = _start_here(cfg, resume, force, preparing, progress, world)
-        except MinigptError as exc:
-            error = str(exc)
-    error = distributed.share(world, error)  # also the barrier: the cache and the folder exist now
-    if error is not None:
-        if world.is_main:
-            raise MinigptError(error)
-        raise RefusedElsewhere(error)
-    if not world.is_main:
-        corpus = load_corpus(cfg)  # the cache rank 0 wrote
-        payload = run_folder.load_checkpoint(cfg.run_dir / run_folder.CHECKPOINT_FILE) if resume else None
-        use_threads(cfg.train.threads)
-        session = build(cfg, corpus, rank_device(cfg.train.device, world), payload, world)
-    # gradients averaged across ranks at each step; rank 0's weights broadcast here
-    session.forward_model = torch.nn.parallel.DistributedDataParallel(session.model)
-    return session
+def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> Session:
+    """The other ranks build the session rank 0 prepared. Rank 0 sends its tokenizer, the text's
+    sha256 and its starting state (a checkpoint payload), so no other rank reads the run folder,
+    fits a tokenizer or needs rank 0's files: another machine needs only the same training text
+    at the same path (its ids come from its own cache, or are encoded there once)."""
+    sent = distributed.share(world, (session.corpus.tokenizer.to_str(), session.corpus.sha256,
+                                     session.checkpoint(session.step)) if world.is_main else None)
+
+    def build_here() -> Session:
+        tokenizer_json, sha256, payload = sent
+        corpus = load_corpus(cfg, fitted=(TextTokenizer.from_str(tokenizer_json), sha256))
+        joined = _build_checked(cfg, corpus, payload, world)
+        joined.resumed = resume
+        return joined
+
+    return distributed.agree(world, (lambda: session) if world.is_main else build_here)
 
 
-def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], ContextManager],
-           progress: Callable[[str, int], ContextManager] | None, lock: run_folder.RunLock,
-           world: World = World()) -> Session:
+def _prepare(cfg: Config, resume: bool, preparing: Callable[[str], ContextManager],
+             progress: Callable[[str, int], ContextManager] | None, world: World = World()) -> Session:
+    """Every check, the corpus and the built session; nothing in the run folder is touched."""
     tc = cfg.train
     run_dir = cfg.run_dir
     payload = run_folder.load_checkpoint(run_dir / run_folder.CHECKPOINT_FILE) if resume else None
     if payload is not None:
         run_folder.check_model_matches(cfg, payload, run_dir)
-        run_folder.remove_stale_temporaries(run_dir)  # a killed run's half-written files
 
     notes: list[str] = []
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
@@ -314,20 +307,8 @@ def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], Co
     if tc.sample_every:  # samples during training: a prompt the table cannot hold is refused, never cropped
         check_context(len(corpus.tokenizer.encode(tc.sample_prompt or "\n")), cfg.model.context,
                       "[train] sample_prompt", "shorten it")
-    device = rank_device(tc.device, world)
-    check_dtype(device, cfg.model.dtype)
-    check_memory(cfg, corpus.tokenizer.vocab_size, device)
-    use_threads(tc.threads)
-    session = build(cfg, corpus, device, payload, world)
+    session = _build_checked(cfg, corpus, payload, world)
     session.notes = notes
-
-    # Everything is validated: only now is the run folder created or replaced.
-    if payload is None:
-        if lock.fd is None:  # the parent did not exist: create() makes it, then the lock is taken
-            run_dir.parent.mkdir(parents=True, exist_ok=True)
-            lock.acquire()
-        run_folder.create(run_dir, force, cfg, corpus.tokenizer)
-        run_folder.save_checkpoint(run_dir / run_folder.CHECKPOINT_FILE, session.checkpoint(0))
     if cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
         notes.append(f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
                      f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge")
@@ -335,6 +316,31 @@ def _start(cfg: Config, resume: bool, force: bool, preparing: Callable[[str], Co
         notes.append(f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "
                      f"rate never reaches learning_rate = {tc.learning_rate} (set train.warmup_steps lower)")
     return session
+
+
+def _build_checked(cfg: Config, corpus: Corpus, payload: dict[str, Any] | None, world: World) -> Session:
+    """The session on this rank's device, once the device can hold the model in its dtype."""
+    device = rank_device(cfg.train.device, world)
+    check_dtype(device, cfg.model.dtype)
+    if world.distributed and device.startswith("cuda"):
+        torch.cuda.set_device(device)  # NCCL talks to each rank's own GPU
+    check_memory(cfg, corpus.tokenizer.vocab_size, device)
+    use_threads(cfg.train.threads)
+    return build(cfg, corpus, device, payload, world)
+
+
+def _open_folder(session: Session, lock: run_folder.RunLock, force: bool) -> None:
+    """Everything is validated: only now is the run folder created (or replaced), with the step-0
+    checkpoint, or a resumed one cleared of a killed run's half-written files."""
+    run_dir = session.cfg.run_dir
+    if session.resumed:
+        run_folder.remove_stale_temporaries(run_dir)
+        return
+    if lock.fd is None:  # the parent did not exist: create() makes it, then the lock is taken
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    run_folder.create(run_dir, force, session.cfg, session.corpus.tokenizer)
+    run_folder.save_checkpoint(run_dir / run_folder.CHECKPOINT_FILE, session.checkpoint(0))
 
 
 def training_bytes(cfg: Config, vocab_size: int) -> int:
@@ -427,6 +433,7 @@ class Trainer:
         self.listeners = list(listeners)
         self.stop_requested = False
         self.diverged: Diverged | None = None
+        self.failure: Exception | None = None  # a listener's, raised at the step's end
 
     def request_stop(self) -> None:
         """Stop at the next step boundary, with a checkpoint (safe to call from a signal handler)."""
@@ -454,7 +461,7 @@ class Trainer:
         total = distributed.mean(s.world, total)  # the global batch's loss, the same on every rank
         # With grad_clip = 0 the norm is still measured (a clip at infinity multiplies by exactly 1).
         norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
-        if distributed.any_rank(s.world, not (math.isfinite(total) and math.isfinite(norm))):
+        if distributed.any_rank(s.world, not (math.isfinite(total) and math.isfinite(norm)))[0]:
             s.optimizer.zero_grad(set_to_none=True)
             self.diverged = Diverged(s.step + 1, total, norm)
             return total, lr
@@ -464,8 +471,21 @@ class Trainer:
         return total, lr
 
     def _emit(self, method: str, event) -> None:
-        for listener in self.listeners:
-            getattr(listener, method)(event)
+        """Tell the listeners, unless one has already failed. A failure (a full disk under the
+        metrics log or a checkpoint) is kept and raised at the step's end, after the ranks have
+        agreed on it, so that under torchrun every rank stops at the same point."""
+        if self.failure is not None:
+            return
+        try:
+            for listener in self.listeners:
+                getattr(listener, method)(event)
+        except Exception as exc:  # noqa: BLE001 - raised again below, once every rank knows
+            self.failure = exc
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+        raise RefusedElsewhere("another rank failed")
 
     def run(self) -> TrainResult:
         """Train from the session's step to `[train] steps`, emitting events; closes the listeners."""
@@ -484,14 +504,19 @@ class Trainer:
                 tokens_per_s = (step - start_step) * s.tokens_per_step / max(elapsed, 1e-9)
                 self._emit("on_step", StepDone(step, tc.steps, loss, lr, tokens_per_s, elapsed))
                 if step % tc.eval_interval == 0 or step == tc.steps:
-                    last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte)
+                    last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte, s.world)
                     self._emit("on_eval", EvalDone(step, **last_val))
                 if step % tc.checkpoint_interval == 0 or step == tc.steps:
                     self._emit("on_checkpoint", CheckpointDue(step, "end" if step == tc.steps else "interval"))
-                if distributed.any_rank(s.world, self.stop_requested) and step < tc.steps:
+                stop, failed = distributed.any_rank(s.world, self.stop_requested, self.failure is not None)
+                if failed:
+                    self._raise_failure()
+                if stop and step < tc.steps:
                     self._emit("on_checkpoint", CheckpointDue(step, "stop"))
                     self._emit("on_stop", StopRequested(step, tc.steps))
                     break
+            if self.failure is not None:  # telling of the divergence or the stop failed
+                raise self.failure
         finally:
             for listener in self.listeners:
                 listener.close()

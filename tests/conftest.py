@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,21 @@ def train_tiny_run(folder: Path, *overrides: str) -> Path:
                                       "--quiet", *overrides])
     assert result.exit_code == 0, result.output
     return folder / "run"
+
+
+def interrupt_once_training(process: subprocess.Popen, run_dir: Path, signum: int) -> str:
+    """Wait until `process` has logged its first training record in run_dir/metrics.jsonl, send it
+    `signum`, and return its stderr once it has ended (it is killed if it has not, by then)."""
+    try:
+        deadline = time.monotonic() + 120
+        log = run_dir / "metrics.jsonl"
+        while not (log.exists() and log.read_text(encoding="utf-8").strip()):  # training has started
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.005)
+        process.send_signal(signum)
+        return process.communicate(timeout=120)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

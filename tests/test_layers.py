@@ -34,8 +34,8 @@ ALLOWED = {
     "plot": {"errors", "io", "trace"},
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
-    "distributed": set(),
-    "train": {"config", "data", "device", "distributed", "errors", "events", "generate", "model", "run"},
+    "distributed": {"errors"},
+    "train": {"config", "data", "device", "distributed", "errors", "events", "generate", "model", "run", "tokenizer"},
 }
 
 

@@ -14,11 +14,11 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import interrupt_once_training
 
 from minigpt import run as ckpt
 from minigpt.config import TrainConfig, load_config
@@ -235,19 +235,7 @@ def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, t
     process = subprocess.Popen([sys.executable, "-c", PACED_CLI, "train", "-c", str(tiny_config),
                                 "--out", str(run), *settings],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    try:
-        deadline = time.monotonic() + 90
-        log = run / "metrics.jsonl"
-        while not (log.exists() and log.read_text(encoding="utf-8").strip()):  # training has started
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "training never started"
-            time.sleep(0.005)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    stderr = interrupt_once_training(process, run, signal.SIGINT)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     found = re.search(rf"interrupted at step (\d+)/{steps}; checkpoint saved in (.+?)\. Resume with: (.+)$",

@@ -7,6 +7,7 @@ at once). The run folder describes itself, so the follow-up command shown is `sa
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -21,41 +22,46 @@ from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
 from ..run import METRICS_FILE, BestKeeper, MetricsLog, read_metrics
 from .. import distributed
-from ..device import pick_device
-from ..train import CheckpointSaver, RefusedElsewhere, Sampler, Trainer, estimate_seconds, start
+from ..distributed import RefusedElsewhere
+from ..train import CheckpointSaver, Sampler, Trainer, estimate_seconds, start
 from .common import command_line, flags, refuse, say, shown_path, user_errors
 
 
 def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
          overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
-    with user_errors():
-        try:
-            _train(config, data, out, steps, overrides, resume, force, quiet)
-        except RefusedElsewhere:  # rank 0 printed the refusal; this rank stops with it, silently
-            raise typer.Exit(2) from None
+    world = distributed.from_environment()  # torchrun: one process per rank; otherwise a world of one
+    together = False  # every rank ends at this same point: done, or stopped by an agreed refusal
+    try:
+        with user_errors():
+            try:
+                _train(world, config, data, out, steps, overrides, resume, force, quiet)
+            except RefusedElsewhere:  # rank 0 printed the refusal; this rank stops with it, silently
+                raise typer.Exit(2) from None
+        together = True
+    except typer.Exit:
+        together = True
+        raise
+    finally:
+        distributed.finish(world, together)
 
 
-def _train(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
-           overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
+def _train(world: distributed.World, config: Optional[Path], data: Optional[Path], out: Optional[Path],
+           steps: Optional[int], overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
     if resume and force:
         raise MinigptError("--resume and --force contradict each other; --resume continues a run, "
                            "--force replaces it")
     keep_freed_memory()  # fewer fresh pages per step: see device.py
-    cfg = load_config(config, overrides, flags({"train.data": str(data) if data else None,
-                                                "train.out": str(out) if out else None,
-                                                "train.steps": steps}))
-    world = distributed.from_environment(pick_device(cfg.train.device))  # torchrun: one process per rank
+    # Every rank reads the same config; a mistake in it is said once, by rank 0.
+    cfg = distributed.agree(world, lambda: load_config(config, overrides, flags(
+        {"train.data": str(data) if data else None, "train.out": str(out) if out else None, "train.steps": steps})))
     quiet = quiet or not world.is_main  # one voice: rank 0's
+    session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
+                    progress=lambda label, total: _progress(quiet, label, total), world=world)
     try:
-        session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
-                        progress=lambda label, total: _progress(quiet, label, total), world=world)
-        try:
-            _run(session, config, data, out, steps, overrides, quiet)
-        finally:
-            session.close()
-            session.forward_model = None  # the DDP wrapper goes before its process group
+        _run(session, config, data, out, steps, overrides, quiet)
     finally:
-        distributed.finish(world)
+        session.close()
+        session.forward_model = None  # the DDP wrapper goes before its process group
 
 
 def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
@@ -80,7 +86,7 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     again += [a for o in overrides for a in ("--set", o)]
     again += (["--data", data] if data else []) + (["--out", out] if out else [])
     again += ["--steps", steps] if steps is not None else []
-    resume_with = command_line("minigpt", "train", *again, "--resume")
+    resume_with = _resume_command(session.world, again)
     saver = CheckpointSaver(session)
     try:
         bar = ProgressBar(session.step, tc.steps, quiet)
@@ -120,6 +126,17 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         f"val loss {val}; run folder {run_dir}\n"
         f"{_val_curve(run_dir)}"
         f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"", quiet)
+
+
+def _resume_command(world: distributed.World, again: list) -> str:
+    """What continues this run: the same command with --resume, under the same kind of launch."""
+    if not world.distributed:
+        return command_line("minigpt", "train", *again, "--resume")
+    per_machine = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    if per_machine == world.size:  # one machine: the whole launch can be written out
+        return command_line("torchrun", "--standalone", f"--nproc_per_node={per_machine}", "-m", "minigpt", "train",
+                            *again, "--resume")
+    return f"the same torchrun launch on every machine, of: {command_line('-m', 'minigpt', 'train', *again, '--resume')}"
 
 
 class ProgressBar(Listener):
