@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,35 @@ def test_one_run_folder_is_written_and_it_samples_in_one_process(runs, cli):
                                                                   "metrics.jsonl", "best.pt"}
     result = cli("sample", "--run", runs / "out" / "two", "-n", "10", "-p", "The")
     assert result.exit_code == 0, result.output
+
+
+def test_a_second_machine_needs_only_the_training_text(runs, tmp_path):
+    """Two "machines" (torchrun --nnodes=2, one process each): separate folders and token caches,
+    the text copied into each. Machine 1 gets rank 0's tokenizer, encodes into its own cache and
+    writes no run folder; the run is the single-machine 2-rank run."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    processes = []
+    for node in (0, 1):
+        home = tmp_path / f"machine{node}"
+        home.mkdir()
+        for name in ("tiny.txt", "tiny.toml"):
+            shutil.copy(runs / name, home / name)
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
+             "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "minigpt", "train", "-c", "tiny.toml",
+             "--out", "run", *COMMON], cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "MINIGPT_CACHE": str(home / "cache")}))
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-3000:]
+    one, other = tmp_path / "machine0", tmp_path / "machine1"
+    assert not (other / "run").exists()
+    assert [p.name for p in (other / "cache").glob("*/*")] != []  # its own cache, encoded with rank 0's tokenizer
+    assert (next((other / "cache").glob("*/tokenizer.json")).read_text() ==
+            (one / "run" / "tokenizer.json").read_text())
+    assert_close(weights(one / "run" / "checkpoint.pt"), weights(runs / "out" / "two" / "checkpoint.pt"), atol=0)
 
 
 def test_a_two_rank_checkpoint_is_the_run_of_its_global_batch(runs, cli, tmp_path):
