@@ -40,14 +40,14 @@ def cache_root() -> Path:
     return Path(base) / "minigpt"
 
 
-def read_text(path: str | Path, what: str = "training text") -> tuple[str, str]:
-    """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, with `what`, to
-    score), saying why."""
+def read_text(path: str | Path, what: str = "training text", flag: str = "--data") -> tuple[str, str]:
+    """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, with `what` and
+    the `flag` that names it, to score or to prompt with), saying why."""
     path = Path(path)
     if not path.exists():
-        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with --data")
+        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with {flag}")
     if path.is_dir():
-        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with --data")
+        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with {flag}")
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -481,12 +481,17 @@ def test_prompt_file_refusals(char_run, tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("ROM\xe9".encode("latin-1"))
     assert refused("-c", char_run, "--prompt-file", bad) == \
-        f"minigpt: error: prompt file {bad} is not UTF-8 (byte 0xe9 at offset 3); save it as UTF-8"
+        (f"minigpt: error: prompt file {bad} is not UTF-8: invalid byte 0xe9 at offset 3; convert it to UTF-8 "
+         f"(e.g. iconv -t UTF-8)")
     missing = tmp_path / "missing.txt"
     assert refused("-c", char_run, "--prompt-file", missing) == \
-        f"minigpt: error: prompt file {missing} does not exist; pass an existing UTF-8 text file"
+        f"minigpt: error: prompt file {missing} does not exist; pass an existing UTF-8 file with --prompt-file"
     assert refused("-c", char_run, "--prompt-file", tmp_path) == \
-        f"minigpt: error: prompt file {tmp_path} is a directory; pass a UTF-8 text file"
+        f"minigpt: error: prompt file {tmp_path} is a directory; pass a UTF-8 text file with --prompt-file"
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    assert refused("-c", char_run, "--prompt-file", empty) == \
+        f"minigpt: error: prompt file {empty} is empty; pass a file with text in it"
     assert refused("-c", char_run, "-p", "ROM", "--prompt-file", bad) == \
         "minigpt: error: --prompt and --prompt-file were both given; pass the prompt one way"
 

@@ -17,6 +17,7 @@ from typing import Optional, TextIO
 import torch
 
 from ..config import Config
+from ..data import read_text
 from ..device import pick_device, use_threads
 from ..errors import MinigptError
 from ..generate import CompletionText, generate
@@ -35,7 +36,7 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], pro
         # Prompt and stop text are free text: taken as given, not round-tripped through TOML.
         if stop is not None:
             cfg.sample.stop = stop
-        text = (read_prompt_file(prompt_file) if prompt_file is not None
+        text = (read_text(prompt_file, "prompt file", "--prompt-file")[0] if prompt_file is not None
                 else prompt if prompt is not None else cfg.sample.prompt)
         sample_command(cfg, text, run_dir, as_json=as_json, use_cache=kv_cache, checkpoint=checkpoint)
 
@@ -60,20 +61,6 @@ class SampleResult:
                 "token_probs": [round(p, 6) for p in self.token_probs], "stop_reason": self.stop_reason,
                 "new_tokens": len(self.token_ids), "seconds": round(self.seconds, 6),
                 "tokens_per_second": round(self.tokens_per_second, 2)}
-
-
-def read_prompt_file(path: Path) -> str:
-    path = Path(path)
-    if not path.exists():
-        raise MinigptError(f"prompt file {path} does not exist; pass an existing UTF-8 text file")
-    if path.is_dir():
-        raise MinigptError(f"prompt file {path} is a directory; pass a UTF-8 text file")
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MinigptError(f"prompt file {path} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
-                           f"{exc.start}); save it as UTF-8") from None
 
 
 def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_json: bool = False,
