@@ -75,8 +75,9 @@ def agree(world: World, work: Callable[[], T]) -> T:
     except Exception as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
         failure = exc
     told = [None] * world.size
+    said = str(failure) if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
     dist.all_gather_object(told, None if failure is None else
-                           (str(failure), isinstance(failure, MinigptError), socket.gethostname()))
+                           (said, isinstance(failure, MinigptError), socket.gethostname()))
     failed = [(rank, said) for rank, said in enumerate(told) if said is not None]
     if not failed:
         return result
@@ -91,6 +92,16 @@ def agree(world: World, work: Callable[[], T]) -> T:
                                f"output has the details")
         raise MinigptError(f"rank {rank} (on {host}): {message}")
     raise RefusedElsewhere(message)
+
+
+def lost_contact(world: World, error: BaseException) -> bool:
+    """Whether `error` is the process group reporting that another rank went away (its process
+    ended or its machine did) in the middle of an exchange."""
+    if not world.distributed or not isinstance(error, RuntimeError):
+        return False
+    message = str(error)
+    return isinstance(error, getattr(dist, "DistError", ())) or any(
+        words in message for words in ("Connection reset by peer", "Connection closed by peer", "Broken pipe"))
 
 
 def share(world: World, value):

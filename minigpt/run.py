@@ -105,13 +105,22 @@ def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> 
 
 
 def check_resume(payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer, corpus_sha256: str,
-                 corpus_path: Path) -> None:
-    """A resume must compute what the interrupted run would have: same config, tokenizer and text."""
+                 corpus_path: Path, processes: int = 1) -> None:
+    """A resume must compute what the interrupted run would have: same config, tokenizer and text.
+    `cfg` holds the global batch (batch_size x `processes`, the run's identity under torchrun)."""
     stored = payload["identity"]
     now = training_identity(cfg)
     if config_hash(now) != payload["hashes"]["config"]:
         diffs = [f"[{s}] {d}" for s in now for d in model_section_differences(now[s], stored.get(s, {}))]
         advice = "resume with the same config file, --set values and flags"
+        batch, was = now["train"]["batch_size"], stored.get("train", {}).get("batch_size")
+        if was is not None and batch != was:  # the global batch: any number of processes that divides it
+            if processes > 1:
+                diffs = [f"[train] batch_size x {processes} processes: {batch} != {was}" if d.startswith(
+                    "[train] batch_size:") else d for d in diffs]
+            per_process = (f"--set train.batch_size={was // processes}" if was % processes == 0 else
+                           f"a number of processes that divides {was}")
+            advice += f" (the checkpoint's global batch is {was}: use {per_process})"
         if [d for d in diffs if not d.startswith("[train] steps:")] == []:
             advice = ("a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
                       "run cannot be lengthened; train a new run with more --steps (--force or another --out)")
@@ -255,9 +264,8 @@ class MetricsLog(Listener):
     def __init__(self, path: Path, log_interval: int, keep_through_step: int | None = None):
         self.path, self.log_interval = Path(path), log_interval
         if keep_through_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= keep_through_step]
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+            kept = [record for record in metrics_records(self.path) if record.get("step", 0) <= keep_through_step]
+            atomic_write_text(self.path, "".join(json.dumps(record) + "\n" for record in kept))
         self.file = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
@@ -303,15 +311,32 @@ class BestKeeper(Listener):
 
 # ---------------------------------------------------------------- reading a run
 
+def metrics_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl. A last line cut short (the process was killed while writing
+    it) is left out: the resumed run logs that step again. Any other line that is not a JSON
+    object means the file was damaged some other way, and is refused."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            if number == len(lines):
+                break
+            raise MinigptError(f"{path} line {number} is not a JSON object; the run folder is damaged: remove "
+                               f"that line (or the file) and try again")
+        records.append(record)
+    return records
+
+
 def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """A run's metrics.jsonl as training records and evaluation records."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise MinigptError(f"{run_dir} has no metrics.jsonl; plot reads run folders written by `minigpt train`")
-    try:
-        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except ValueError:
-        raise MinigptError(f"{path} is not one JSON object per line; the run folder is damaged") from None
+    records = metrics_records(path)
     return {"train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],
             "eval": [r for r in records if r.get("eval")]}
 

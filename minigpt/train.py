@@ -19,14 +19,14 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
 
 from . import run as run_folder
-from .config import Config
+from .config import Config, model_section_differences
 from .data import Batches, Corpus, load_corpus
 from . import distributed
 from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
@@ -276,17 +276,33 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
     sha256 and its starting state (a checkpoint payload), so no other rank reads the run folder,
     fits a tokenizer or needs rank 0's files: another machine needs only the same training text
     at the same path (its ids come from its own cache, or are encoded there once)."""
-    sent = distributed.share(world, (session.corpus.tokenizer.to_str(), session.corpus.sha256,
+    sent = distributed.share(world, (shared_settings(cfg), session.corpus.tokenizer.to_str(), session.corpus.sha256,
                                      session.checkpoint(session.step)) if world.is_main else None)
 
     def build_here() -> Session:
-        tokenizer_json, sha256, payload = sent
+        settings, tokenizer_json, sha256, payload = sent
+        here = shared_settings(cfg)
+        differences = [f"[{section}] {difference}" for section in here
+                       for difference in model_section_differences(here[section], settings[section])]
+        if differences:  # the ranks would train different runs, or wait on each other at different steps
+            raise MinigptError(f"the config here differs from rank 0's ({'; '.join(differences)} (here != rank 0)); "
+                               f"launch every process with the same config file, --set values and flags")
         corpus = load_corpus(cfg, fitted=(TextTokenizer.from_str(tokenizer_json), sha256))
         joined = _build_checked(cfg, corpus, payload, world)
         joined.resumed = resume
         return joined
 
     return distributed.agree(world, (lambda: session) if world.is_main else build_here)
+
+
+# What each machine of a data-parallel run may set for itself; every other key must be rank 0's.
+PER_MACHINE = {"data", "out", "device", "threads"}
+
+
+def shared_settings(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The config sections every rank must agree on."""
+    return {section: {k: v for k, v in asdict(getattr(cfg, section)).items()
+                      if not (section == "train" and k in PER_MACHINE)} for section in ("model", "tokenizer", "train")}
 
 
 def _prepare(cfg: Config, resume: bool, preparing: Callable[[str], ContextManager],
@@ -302,7 +318,8 @@ def _prepare(cfg: Config, resume: bool, preparing: Callable[[str], ContextManage
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
         corpus = load_corpus(cfg, on_status=notes.append, **({"progress": progress} if progress else {}))
     if payload is not None:
-        run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path)
+        run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path,
+                                world.size)
 
     if tc.sample_every:  # samples during training: a prompt the table cannot hold is refused, never cropped
         check_context(len(corpus.tokenizer.encode(tc.sample_prompt or "\n")), cfg.model.context,
@@ -449,6 +466,11 @@ class Trainer:
             group["lr"] = lr if "peak_lr" not in group else group["peak_lr"] * lr / tc.learning_rate
         total = 0.0
         forward = s.forward_model or s.model
+        if s.world.rank > 0 and s.cfg.model.dropout > 0:
+            # Rank 0 continues the run's RNG (the checkpoint's); the others would draw the very same
+            # dropout masks from their copy of it, so each takes a stream of its own per step, which
+            # a resume recreates.
+            torch.manual_seed((tc.seed * 1_000_003 + s.step) * 8_191 + s.world.rank)
         for micro in range(tc.grad_accum):
             x, y = s.train_batches.sample(s.generator)
             # Ranks exchange gradients once a step: not on the micro-steps before the last.

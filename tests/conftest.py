@@ -105,9 +105,10 @@ def train_tiny_run(folder: Path, *overrides: str) -> Path:
     return folder / "run"
 
 
-def interrupt_once_training(process: subprocess.Popen, run_dir: Path, signum: int) -> str:
+def interrupt_once_training(process: subprocess.Popen, run_dir: Path, signum: int, children: bool = False) -> str:
     """Wait until `process` has logged its first training record in run_dir/metrics.jsonl, send it
-    `signum`, and return its stderr once it has ended (it is killed if it has not, by then)."""
+    `signum` (`children`: and its child processes, as a batch scheduler does), and return its
+    stderr once it has ended (it is killed if it has not, by then)."""
     try:
         deadline = time.monotonic() + 120
         log = run_dir / "metrics.jsonl"
@@ -116,8 +117,23 @@ def interrupt_once_training(process: subprocess.Popen, run_dir: Path, signum: in
             assert time.monotonic() < deadline, "training never started"
             time.sleep(0.005)
         process.send_signal(signum)
+        for child in child_processes(process.pid) if children else ():
+            os.kill(child, signum)
         return process.communicate(timeout=120)[1]
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def child_processes(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (read from /proc, so no extra package is needed)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found

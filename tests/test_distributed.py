@@ -198,18 +198,20 @@ def test_a_two_rank_checkpoint_is_the_run_of_its_global_batch(runs, cli, tmp_pat
     assert same.exit_code == 0 and "already finished 20 steps" in same.stderr  # batch 8 x 1 == batch 4 x 2
     other = cli("train", "-c", runs / "tiny.toml", "--out", run, "--resume", *COMMON)
     assert other.exit_code == 2 and "[train] batch_size: 4 != 8" in other.stderr
+    assert "the checkpoint's global batch is 8: use --set train.batch_size=8" in other.stderr
 
 
 def test_sigterm_stops_both_ranks_and_the_run_resumes_under_torchrun_or_in_one_process(runs, cli, tmp_path):
-    """SIGTERM to torchrun (what a scheduler sends) reaches both ranks: they stop at the same step
-    boundary, rank 0 saves one checkpoint and prints the resume command. Resumed with that command
-    the run ends bitwise equal to the uninterrupted 2-rank run; its checkpoint resumed in one
-    process with batch_size doubled ends equal to it too (up to reduction order)."""
+    """SIGTERM to torchrun and to every worker at once (what a batch scheduler sends; each worker
+    also gets torchrun's forwarded copy): the ranks stop at the same step boundary, rank 0 saves
+    one checkpoint and prints the resume command. Resumed with that command the run ends bitwise
+    equal to the uninterrupted 2-rank run; its checkpoint resumed in one process with batch_size
+    doubled ends equal to it too (up to reduction order)."""
     run = tmp_path / "interrupted"
     command, env = worker(runs, tmp_path / "worker-interrupted", pace=0.05)
     process = subprocess.Popen([*command, "train", "-c", str(runs / "tiny.toml"), "--out", str(run), *COMMON[1:]],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=runs, env=env)
-    stderr = interrupt_once_training(process, run, signal.SIGTERM)  # once step 5 is logged
+    stderr = interrupt_once_training(process, run, signal.SIGTERM, children=True)  # once step 5 is logged
     assert process.returncode != 0
     said = [line for line in stderr.splitlines() if line.startswith("interrupted at step")]
     assert len(said) == 1, stderr[-3000:]  # rank 0's line only
@@ -309,3 +311,60 @@ def test_a_write_error_on_rank_0_mid_run_stops_every_rank_with_one_line(runs, tm
     assert "its last checkpoint (step 10) is intact" in refusals[0]
     assert "torchrun --standalone --nproc_per_node=2 -m minigpt train" in refusals[0]
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10
+
+
+RANK1_STEPS_DIFFER = """\
+import os, sys
+if os.environ["RANK"] == "1":
+    sys.argv += ["--set", "train.steps=10"]
+from minigpt.cli import main
+sys.argv[0] = "minigpt"
+main()
+"""
+
+
+def test_a_config_that_differs_on_another_rank_is_refused_in_one_line(runs, tmp_path):
+    run = tmp_path / "never"
+    _, refusals = run_script(tmp_path, runs, RANK1_STEPS_DIFFER, "train", "-c", runs / "tiny.toml", "--out", run,
+                             *COMMON)
+    assert re.search(r"rank 1 \(on .+\): the config here differs from rank 0's \(\[train\] steps: 10 != 20 "
+                     r"\(here != rank 0\)\); launch every process with the same config", refusals[0]), refusals
+    assert not run.exists()
+
+
+DISK_FULL_OPENING_THE_METRICS_LOG = """\
+import errno, os, sys
+import minigpt.run as run
+def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+run.MetricsLog.__init__ = full
+from minigpt.cli import main
+sys.argv[0] = "minigpt"
+main()
+"""
+
+
+def test_a_write_error_on_rank_0_before_the_first_step_stops_every_rank_with_one_line(runs, tmp_path):
+    """Opening the metrics log (rewritten on --resume) fails on rank 0 alone: agreed, not a hang."""
+    run = tmp_path / "full"
+    _, refusals = run_script(tmp_path, runs, DISK_FULL_OPENING_THE_METRICS_LOG, "train", "-c", runs / "tiny.toml",
+                             "--out", run, *COMMON)
+    assert f"could not write to the run folder {run} (No space left on device)" in refusals[0]
+    assert "its last checkpoint (step 0) is intact" in refusals[0]
+
+
+def test_muon_on_two_ranks_computes_what_one_process_computes(runs, cli, tmp_path):
+    """The default optimizer. Muon orthogonalises each update in bfloat16, which magnifies any
+    difference in summation order: after 20 steps weights differ by a few 1e-3 (as much as one
+    process on 1 and on 2 threads), while the validation losses agree within 1e-4."""
+    muon = [*COMMON, "--set", 'train.optimizer="muon"']
+    two = subprocess.run([*launcher(), "-m", "minigpt", "train", "-c", runs / "tiny.toml", "--out", tmp_path / "two",
+                          *muon], capture_output=True, text=True, timeout=300, cwd=runs,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = cli("train", "-c", runs / "tiny.toml", "--out", tmp_path / "one", *muon, "--set", "train.batch_size=8")
+    assert one.exit_code == 0, one.output
+    assert_close(weights(tmp_path / "two" / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=2e-2)
+    ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
+    assert [step for step, _ in ddp] == [step for step, _ in single] == [10, 20]
+    assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)

@@ -244,3 +244,24 @@ def test_sigkill_during_a_step_an_evaluation_and_a_checkpoint_write_then_resume_
     keys = [(r["step"], bool(r.get("eval"))) for r in metrics(run)]
     assert keys == sorted(set(keys)) == [(r["step"], bool(r.get("eval"))) for r in metrics(straight)]
     assert set(os.listdir(run)) == RUN_FILES  # the half-written temporary file is gone
+
+
+# ------------------------------------------------------------------ a cut-short metrics log
+
+def test_a_metrics_line_cut_short_by_a_crash_is_dropped_and_a_damaged_one_is_refused(tmp_path):
+    """SIGKILL while a record is being appended leaves half a line at the end: resume and plot
+    read past it (resume logs that step again); a bad line anywhere else is damage, refused."""
+    from minigpt.errors import MinigptError
+    from minigpt.run import METRICS_FILE, MetricsLog, read_metrics
+
+    path = tmp_path / METRICS_FILE
+    whole = [{"step": 5, "loss": 3.9}, {"step": 10, "eval": True, "val_loss": 3.8, "val_bpb": 5.5},
+             {"step": 10, "loss": 3.7}, {"step": 15, "loss": 3.6}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in whole) + '{"step": 20, "loss": 3.', encoding="utf-8")
+    assert read_metrics(tmp_path) == {"train": [whole[0], whole[2], whole[3]], "eval": [whole[1]]}
+    MetricsLog(path, 5, keep_through_step=10).close()  # a resume from the step-10 checkpoint
+    assert path.read_text(encoding="utf-8") == "".join(json.dumps(r) + "\n" for r in whole[:3])
+
+    path.write_text(json.dumps(whole[0]) + "\nnot json\n" + json.dumps(whole[2]) + "\n", encoding="utf-8")
+    with pytest.raises(MinigptError, match=r"metrics.jsonl line 2 is not a JSON object; the run folder is damaged"):
+        read_metrics(tmp_path)

@@ -41,19 +41,30 @@ def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], step
     except typer.Exit:
         together = True
         raise
+    except Exception as exc:
+        if not distributed.lost_contact(world, exc):
+            raise
+        if world.is_main:  # the rank that went away, if it could, said why in its own output
+            say("minigpt: error: another rank of this torchrun job stopped without warning (its process ended or "
+                "its machine went away), so this one stops too; that rank's output says why. The run folder's last "
+                "checkpoint is intact: once the cause is fixed, run the same launch with --resume")
+        raise typer.Exit(1) from None
     finally:
         distributed.finish(world, together)
 
 
 def _train(world: distributed.World, config: Optional[Path], data: Optional[Path], out: Optional[Path],
            steps: Optional[int], overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
-    if resume and force:
-        raise MinigptError("--resume and --force contradict each other; --resume continues a run, "
-                           "--force replaces it")
     keep_freed_memory()  # fewer fresh pages per step: see device.py
-    # Every rank reads the same config; a mistake in it is said once, by rank 0.
-    cfg = distributed.agree(world, lambda: load_config(config, overrides, flags(
-        {"train.data": str(data) if data else None, "train.out": str(out) if out else None, "train.steps": steps})))
+
+    def read_config():
+        if resume and force:
+            raise MinigptError("--resume and --force contradict each other; --resume continues a run, "
+                               "--force replaces it")
+        return load_config(config, overrides, flags({"train.data": str(data) if data else None,
+                                                     "train.out": str(out) if out else None, "train.steps": steps}))
+
+    cfg = distributed.agree(world, read_config)  # every rank reads the same; a mistake is said once, by rank 0
     quiet = quiet or not world.is_main  # one voice: rank 0's
     session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
                     progress=lambda label, total: _progress(quiet, label, total), world=world)
@@ -88,19 +99,25 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     again += ["--steps", steps] if steps is not None else []
     resume_with = _resume_command(session.world, again)
     saver = CheckpointSaver(session)
+    bar = ProgressBar(session.step, tc.steps, quiet)
+
+    def run_folder_writers() -> list[Listener]:
+        if not session.world.is_main:  # only rank 0 writes the run folder
+            return []
+        metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
+                             keep_through_step=session.step if session.resumed else None)
+
+        def show(step: int, text: str) -> None:
+            metrics.write({"step": step, "sample": text})
+            if not quiet:
+                bar.bar.write(f"--- sample at step {step} ---\n{(tc.sample_prompt or '') + text}", file=sys.stderr)
+
+        return [metrics, saver, BestKeeper(run_dir, cfg, session.model), Sampler(session, show)]
+
     try:
-        bar = ProgressBar(session.step, tc.steps, quiet)
-        writers = []
-        if session.world.is_main:  # only rank 0 writes the run folder
-            metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
-                                 keep_through_step=session.step if session.resumed else None)
-
-            def show(step: int, text: str) -> None:
-                metrics.write({"step": step, "sample": text})
-                if not quiet:
-                    bar.bar.write(f"--- sample at step {step} ---\n{(tc.sample_prompt or '') + text}", file=sys.stderr)
-
-            writers = [metrics, saver, BestKeeper(run_dir, cfg, session.model), Sampler(session, show)]
+        # Opening the metrics log rewrites it on resume, which can fail (a disk still full): agreed,
+        # so the other ranks stop with rank 0 instead of waiting for it at the first step.
+        writers = distributed.agree(session.world, run_folder_writers)
         trainer = Trainer(session, [*writers, bar])
         with _ctrl_c_stops(trainer.request_stop):
             result = trainer.run()
@@ -121,11 +138,13 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}",
             quiet=not main)
         raise typer.Exit(130)
+    if quiet:  # the summary reads the metrics log: rank 0's alone
+        return
     val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
     say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
         f"val loss {val}; run folder {run_dir}\n"
         f"{_val_curve(run_dir)}"
-        f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"", quiet)
+        f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"")
 
 
 def _resume_command(world: distributed.World, again: list) -> str:
@@ -170,14 +189,15 @@ class ProgressBar(Listener):
 
 @contextmanager
 def _ctrl_c_stops(request_stop) -> Iterator[None]:
-    """The first Ctrl-C (or SIGTERM, which torchrun sends its workers) asks for a stop at the next
-    step boundary; a second one stops at once."""
+    """Ctrl-C or SIGTERM asks for a stop at the next step boundary, with a checkpoint; a second
+    Ctrl-C stops at once. A second SIGTERM never does: a scheduler may signal torchrun and every
+    worker together, and torchrun forwards its own to each worker, so one stop arrives twice."""
     asked = []
 
     def handler(signum, frame):
-        if asked:
+        if asked and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        asked.append(True)
+        asked.append(signum)
         request_stop()
 
     try:
