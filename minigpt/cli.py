@@ -180,6 +180,12 @@ def explore(
     command.main(config, run, host, port, overrides or [], checkpoint)
 
 
+def _speaks_for_all() -> bool:
+    """False on the ranks after the first of a torchrun job: they all read the same command line,
+    so a mistake in it is said once, by rank 0."""
+    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
+
+
 def main() -> None:
     """Run the app; a command-line mistake ends in one line on stderr and exit status 2, not Click's
     multi-line box."""
@@ -196,10 +202,12 @@ def main() -> None:
     except click_exceptions.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "minigpt"
         message = " ".join(exc.format_message().split()).rstrip(".")
-        typer.echo(f"minigpt: error: {message}; see '{command} --help'", err=True)
+        if _speaks_for_all():
+            typer.echo(f"minigpt: error: {message}; see '{command} --help'", err=True)
         code = exc.exit_code
     except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside the training loop
-        typer.echo("minigpt: interrupted", err=True)
+        if _speaks_for_all():
+            typer.echo("minigpt: interrupted", err=True)
         code = 130
     except Exception as exc:  # not a refusal: a bug, or the machine failing under us
         if "--debug" in sys.argv[1:] or os.environ.get("MINIGPT_DEBUG", "") not in ("", "0"):

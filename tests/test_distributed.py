@@ -162,6 +162,18 @@ def test_one_run_folder_is_written_and_it_samples_in_one_process(runs, cli):
     assert result.exit_code == 0, result.output
 
 
+NEVER_FITS = """\
+import sys
+import minigpt.data as data
+def fitted_here(*args, **kwargs):
+    raise AssertionError("a tokenizer was fitted on machine 1")
+data.train_tokenizer = fitted_here
+from minigpt.cli import main
+sys.argv[0] = "minigpt"
+main()
+"""
+
+
 def test_a_second_machine_needs_only_the_training_text(runs, tmp_path):
     """Two "machines" (torchrun --nnodes=2, one process each): separate folders and token caches,
     the text copied into each. Machine 1 gets rank 0's tokenizer, encodes into its own cache and
@@ -175,9 +187,12 @@ def test_a_second_machine_needs_only_the_training_text(runs, tmp_path):
         home.mkdir()
         for name in ("tiny.txt", "tiny.toml"):
             shutil.copy(runs / name, home / name)
+        (home / "never_fits.py").write_text(NEVER_FITS, encoding="utf-8")
+        # machine 0 runs minigpt as it is; machine 1 fails the run if it ever fits a tokenizer
+        program = ["-m", "minigpt"] if node == 0 else ["never_fits.py"]
         processes.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
-             "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "minigpt", "train", "-c", "tiny.toml",
+             "--master-addr=127.0.0.1", f"--master-port={port}", *program, "train", "-c", "tiny.toml",
              "--out", "run", *COMMON], cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1", "MINIGPT_CACHE": str(home / "cache")}))
     for process in processes:
@@ -255,13 +270,17 @@ main()
 """
 
 
-def test_a_refusal_on_rank_0_stops_every_rank_with_one_line(runs):
+@pytest.mark.parametrize("mistake, said", [
+    ([], "already holds a run"),  # found by rank 0 alone: its folder
+    (["--steps", "abc"], "Invalid value for '--steps': 'abc' is not a valid int"),  # every rank's command line
+])
+def test_a_refusal_stops_every_rank_with_one_line(runs, mistake, said):
     result = subprocess.run([*launcher(), "-m", "minigpt", "train", "-c", runs / "tiny.toml", "--out",
-                             runs / "out" / "two", *COMMON], capture_output=True, text=True, timeout=300, cwd=runs,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                             runs / "out" / "two", *COMMON, *mistake], capture_output=True, text=True, timeout=300,
+                            cwd=runs, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode != 0
     refusals = [line for line in result.stderr.splitlines() if "minigpt: error:" in line]
-    assert len(refusals) == 1 and "already holds a run" in refusals[0]
+    assert len(refusals) == 1 and said in refusals[0], result.stderr[-3000:]
 
 
 def run_script(tmp_path: Path, runs: Path, text: str, *args) -> tuple[subprocess.CompletedProcess, list[str]]:
