@@ -16,6 +16,7 @@ write, a non-finite loss, a stop request) is agreed by all before any acts on it
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 from dataclasses import dataclass
@@ -53,7 +54,11 @@ def from_environment() -> World:
         return World()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+        # The others wait while rank 0 fits the tokenizer, which takes minutes per GB of text (50 s for
+        # 100 MB here): longer than the default 30-minute limit on a wait for a very large corpus.
+        # A rank that dies does not make the rest wait this long: torchrun stops them.
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo",
+                                timeout=datetime.timedelta(hours=4))
     return World(rank, size, local_rank)
 
 

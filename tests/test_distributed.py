@@ -287,7 +287,7 @@ def run_script(tmp_path: Path, runs: Path, text: str, *args) -> tuple[subprocess
     """`text` as a script under torchrun with ARGS; its result and the refusal lines it printed."""
     script = tmp_path / "script.py"
     script.write_text(text, encoding="utf-8")
-    result = subprocess.run([*launcher(), str(script), *map(str, args)], capture_output=True, text=True, timeout=300,
+    result = subprocess.run([*launcher(), str(script), *map(str, args)], capture_output=True, text=True, timeout=120,
                             cwd=runs, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode != 0
     # torchrun reports a failed rank with a traceback of its own; no rank's code may fail
