@@ -181,9 +181,10 @@ def explore(
 
 
 def _speaks_for_all() -> bool:
-    """False on the ranks after the first of a torchrun job: they all read the same command line,
-    so a mistake in it is said once, by rank 0."""
-    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("RANK", "0") == "0"
+    """False on all but the first process of each machine in a torchrun job: they read the same
+    command line, so a mistake in it is said once per machine (the first process of a machine
+    other than rank 0's is the only one whose output that machine shows)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("LOCAL_RANK", "0") == "0"
 
 
 def main() -> None:

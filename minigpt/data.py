@@ -133,11 +133,10 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
     folder = cache_root() / key
     files = [folder / name for name in ("tokenizer.json", "train.npy", "val.npy")]
-    cached = TextTokenizer.load(files[0]) if all(f.exists() for f in files) else None
-    if cached is not None and (fitted is None or cached.fingerprint() == fitted[0].fingerprint()):
+    cached = _read_cache(files) if all(f.exists() for f in files) else None
+    if cached is not None and (fitted is None or cached[0].fingerprint() == fitted[0].fingerprint()):
         on_status(f"token cache hit: {folder}")
-        tokenizer = cached
-        train_ids, val_ids = (np.load(f, mmap_mode="r") for f in files[1:])
+        tokenizer, train_ids, val_ids = cached
     else:
         if fitted is not None:
             tokenizer = fitted[0]
@@ -164,6 +163,15 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
     for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
         check_token_ids(ids, tokenizer.vocab_size)
     return corpus
+
+
+def _read_cache(files: list[Path]) -> tuple[TextTokenizer, np.ndarray, np.ndarray] | None:
+    """A cache entry's tokenizer and memory-mapped ids; None when a file of it is damaged (cut
+    short, overwritten), so the text is encoded again and the entry rewritten."""
+    try:
+        return (TextTokenizer.load(files[0]), *(np.load(f, mmap_mode="r") for f in files[1:]))
+    except (MinigptError, ValueError, OSError):
+        return None
 
 
 def _check_long_enough(corpus: Corpus, context: int) -> None:

@@ -53,13 +53,18 @@ def from_environment() -> World:
     if size <= 1:
         return World()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    global _patient
     if not dist.is_initialized():
-        # The others wait while rank 0 fits the tokenizer, which takes minutes per GB of text (50 s for
-        # 100 MB here): longer than the default 30-minute limit on a wait for a very large corpus.
-        # A rank that dies does not make the rest wait this long: torchrun stops them.
-        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo",
-                                timeout=datetime.timedelta(hours=4))
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+        # The others wait while rank 0 fits the tokenizer, minutes per GB of text (50 s for 100 MB
+        # here): a very large corpus outlasts the default 30-minute limit on one wait. `agree` and
+        # `share` wait that long; training's own exchanges keep the default, so a machine that
+        # stops answering mid-run is given up on as usual.
+        _patient = dist.new_group(backend="gloo", timeout=datetime.timedelta(hours=4))
     return World(rank, size, local_rank)
+
+
+_patient = None  # the process group of the long waits before training
 
 
 class RefusedElsewhere(MinigptError):
@@ -82,7 +87,7 @@ def agree(world: World, work: Callable[[], T]) -> T:
     told = [None] * world.size
     said = str(failure) if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
     dist.all_gather_object(told, None if failure is None else
-                           (said, isinstance(failure, MinigptError), socket.gethostname()))
+                           (said, isinstance(failure, MinigptError), socket.gethostname()), group=_patient)
     failed = [(rank, said) for rank, said in enumerate(told) if said is not None]
     if not failed:
         return result
@@ -115,7 +120,7 @@ def share(world: World, value):
     if not world.distributed:
         return value
     box = [_on_cpu(value) if world.is_main else None]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=_patient)
     return box[0]
 
 
@@ -154,5 +159,10 @@ def finish(world: World, together: bool = True) -> None:
     abort them). After a failure only this rank saw, it leaves at once: torchrun stops the rest."""
     if world.distributed and dist.is_initialized():
         if together:
-            dist.barrier()
+            try:
+                dist.barrier()
+            except RuntimeError as exc:  # a rank failed on its own and has gone: it said why
+                if not lost_contact(world, exc):
+                    raise
+                return
             dist.destroy_process_group()

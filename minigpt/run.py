@@ -16,6 +16,7 @@ stored in the checkpoint, never from a config that merely names the run.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -47,7 +48,11 @@ FORMAT_VERSION = 1
 # ---------------------------------------------------------------- checkpoints
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    atomic_write(path, lambda f: torch.save(payload, f), binary=True)
+    # Serialised in memory first: torch.save reports a full disk as a RuntimeError about positions
+    # in its archive, while a plain write says OSError "No space left on device".
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()), binary=True)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -123,7 +128,8 @@ def check_resume(payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer,
             advice += f" (the checkpoint's global batch is {was}: use {per_process})"
         if [d for d in diffs if not d.startswith("[train] steps:")] == []:
             advice = ("a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
-                      "run cannot be lengthened; train a new run with more --steps (--force or another --out)")
+                      "run cannot be lengthened or shortened; train a new run with the --steps you want (--force or "
+                      "another --out), or resume with the run's own")
         raise MinigptError(f"--resume refused: the config differs from the checkpoint's "
                            f"({'; '.join(diffs)} (now != checkpoint)); {advice}")
     if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
@@ -146,8 +152,15 @@ def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
         raise MinigptError(f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out") from None
 
 
+# What `create` writes before the first checkpoint: a folder holding only these (and temporary
+# files) is a run whose creation was cut short, not a run to protect.
+UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE}
+
+
 def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
-    has_run = run_dir.is_dir() and any(run_dir.iterdir())
+    has_run = run_dir.is_dir() and any(not (p.name in UNFINISHED_RUN or (p.name.startswith(".") and
+                                                                          p.name.endswith(".tmp")))
+                                       for p in run_dir.iterdir())
     if resume and not (run_dir / CHECKPOINT_FILE).is_file():
         raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
     if has_run and not resume and not force:
@@ -160,11 +173,21 @@ def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
         raise MinigptError(f"run folder {run_dir} cannot be written ({probe} is not writable); choose another --out")
 
 
+def restore_missing(run_dir: Path, cfg: Config, tokenizer: TextTokenizer) -> None:
+    """On resume: write back the config or tokenizer file if one was deleted (the checkpoint's
+    identity check has shown these are the run's), so the run folder stays self-describing."""
+    for name, text in ((CONFIG_FILE, cfg.to_toml), (TOKENIZER_FILE, tokenizer.to_str)):
+        if not (run_dir / name).exists():
+            atomic_write_text(run_dir / name, text())
+
+
 def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer) -> None:
     """Make (or, with --force, replace) the run folder and write what never changes during the run.
     A failure here removes what it made, so no half-written run is left behind."""
     created = not run_dir.exists()
     try:
+        if not created and not (run_dir / CHECKPOINT_FILE).exists():
+            remove_stale_temporaries(run_dir)  # a creation cut short before its first checkpoint
         if force and not created:
             shutil.rmtree(run_dir)
             created = True

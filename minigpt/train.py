@@ -352,6 +352,7 @@ def _open_folder(session: Session, lock: run_folder.RunLock, force: bool) -> Non
     run_dir = session.cfg.run_dir
     if session.resumed:
         run_folder.remove_stale_temporaries(run_dir)
+        run_folder.restore_missing(run_dir, session.cfg, session.corpus.tokenizer)
         return
     if lock.fd is None:  # the parent did not exist: create() makes it, then the lock is taken
         run_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -265,3 +265,69 @@ def test_a_metrics_line_cut_short_by_a_crash_is_dropped_and_a_damaged_one_is_ref
     path.write_text(json.dumps(whole[0]) + "\nnot json\n" + json.dumps(whole[2]) + "\n", encoding="utf-8")
     with pytest.raises(MinigptError, match=r"metrics.jsonl line 2 is not a JSON object; the run folder is damaged"):
         read_metrics(tmp_path)
+
+
+# ------------------------------------------------------------------ cut short before the first step
+
+SLOW_FIT = ("import sys, time\n"
+            "import minigpt.data as data\n"
+            "fit = data.train_tokenizer\n"
+            "def slow(*args, **kwargs):\n"
+            "    print('fitting', file=sys.stderr, flush=True); time.sleep(30); return fit(*args, **kwargs)\n"
+            "data.train_tokenizer = slow\n"
+            "from minigpt.cli import main\n"
+            "sys.argv[0] = 'minigpt'\n"
+            "main()\n")
+
+
+def test_sigterm_while_preparing_stops_cleanly_and_leaves_no_lock(tiny_config, tmp_path):
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-c", SLOW_FIT, "train", "-c", str(tiny_config), "--out", str(run),
+                                "--quiet"], stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert process.stderr.readline().strip() == "fitting"
+        process.send_signal(signal.SIGTERM)
+        stderr = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130 and "Traceback" not in stderr and "internal error" not in stderr, stderr
+    assert not run.exists() and not list(tmp_path.glob(".run*"))  # nothing made, the lock file removed
+
+
+def test_a_run_folder_cut_short_before_its_first_checkpoint_is_made_again(cli, tiny_config, tmp_path):
+    """Killed between writing config.toml / tokenizer.json and the step-0 checkpoint: not a run to
+    protect (no --force needed), and nothing to resume."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("# cut short\n")
+    (run / "tokenizer.json").write_text("{}")
+    (run / ".checkpoint.pt.x1y2.tmp").write_bytes(b"half")
+    assert "no checkpoint in" in one_line(cli("train", "-c", tiny_config, "--out", run, "--resume"), 2)
+    result = cli("train", "-c", tiny_config, "--out", run, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in run.iterdir()} == RUN_FILES and step_of(run) == 20
+
+
+def test_resume_writes_back_a_deleted_tokenizer_and_config(cli, tiny_config, tmp_path):
+    run = tmp_path / "run"
+    assert cli("train", "-c", tiny_config, "--out", run, "--quiet", "--steps", "10").exit_code == 0
+    saved = {name: (run / name).read_text() for name in ("config.toml", "tokenizer.json")}
+    for name in saved:
+        (run / name).unlink()
+    result = cli("train", "-c", tiny_config, "--out", run, "--quiet", "--steps", "10", "--resume")
+    assert result.exit_code == 0, result.output  # already finished: nothing to train, the files restored
+    assert {name: (run / name).read_text() for name in saved} == saved
+
+
+def test_a_damaged_token_cache_is_encoded_again(cli, tiny_config, tmp_path, isolated_cache):
+    first = cli("train", "-c", tiny_config, "--out", tmp_path / "a", "--quiet")
+    assert first.exit_code == 0
+    [ids] = list(isolated_cache.glob("*/train.npy"))
+    ids.write_bytes(ids.read_bytes()[:100])  # cut short
+    again = cli("train", "-c", tiny_config, "--out", tmp_path / "b", "--quiet")
+    assert again.exit_code == 0, again.output
+    assert torch.equal(torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)["model"]["head.weight"],
+                       torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["model"]["head.weight"])
+    assert len(ids.read_bytes()) > 100  # the entry was rewritten

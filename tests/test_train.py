@@ -449,7 +449,7 @@ def test_a_run_cannot_be_lengthened_by_resume_and_the_message_says_why(cli, tiny
     before = snapshot(run)
     line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "15", "--resume"))
     assert "[train] steps: 15 != 10 (now != checkpoint)" in line
-    assert "a run cannot be lengthened; train a new run with more --steps" in line
+    assert "a run cannot be lengthened or shortened; train a new run with the --steps you want" in line
     assert snapshot(run) == before
 
 

@@ -31,6 +31,7 @@ def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], step
          overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
     world = distributed.from_environment()  # torchrun: one process per rank; otherwise a world of one
     together = False  # every rank ends at this same point: done, or stopped by an agreed refusal
+    before = _sigterm_interrupts()
     try:
         with user_errors():
             try:
@@ -46,11 +47,27 @@ def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], step
             raise
         if world.is_main:  # the rank that went away, if it could, said why in its own output
             say("minigpt: error: another rank of this torchrun job stopped without warning (its process ended or "
-                "its machine went away), so this one stops too; that rank's output says why. The run folder's last "
-                "checkpoint is intact: once the cause is fixed, run the same launch with --resume")
+                "its machine went away), so this one stops too; that rank's output says why. Once training has begun "
+                "the run folder's last checkpoint is intact: fix the cause, then run the same launch with --resume "
+                "(before that, nothing was written: run it again as it was)")
         raise typer.Exit(1) from None
     finally:
         distributed.finish(world, together)
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _sigterm_interrupts():
+    """Before the training loop, SIGTERM stops the command as Ctrl-C does, through its cleanup (the
+    run folder's lock is removed, nothing half-made stays), instead of killing the process where it
+    stands. Returns the handler it replaced (None off the main thread, where none can be set)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
 
 
 def _train(world: distributed.World, config: Optional[Path], data: Optional[Path], out: Optional[Path],
