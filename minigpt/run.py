@@ -181,9 +181,10 @@ def restore_missing(run_dir: Path, cfg: Config, tokenizer: TextTokenizer) -> Non
             atomic_write_text(run_dir / name, text())
 
 
-def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer) -> None:
-    """Make (or, with --force, replace) the run folder and write what never changes during the run.
-    A failure here removes what it made, so no half-written run is left behind."""
+def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, first_checkpoint: dict[str, Any]) -> None:
+    """Make (or, with --force, replace) the run folder, write what never changes during the run,
+    then the step-0 checkpoint. A failure here (a full disk) removes what it made, so no
+    half-written run is left behind."""
     created = not run_dir.exists()
     try:
         if not created and not (run_dir / CHECKPOINT_FILE).exists():
@@ -194,11 +195,12 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer) ->
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
         atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
+        save_checkpoint(run_dir / CHECKPOINT_FILE, first_checkpoint)
     except OSError as exc:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise MinigptError(f"run folder {run_dir} cannot be written ({exc.strerror or exc}); "
-                           f"choose another --out") from None
+                           f"make room there or choose another --out") from None
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:

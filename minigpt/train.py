@@ -357,8 +357,7 @@ def _open_folder(session: Session, lock: run_folder.RunLock, force: bool) -> Non
     if lock.fd is None:  # the parent did not exist: create() makes it, then the lock is taken
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-    run_folder.create(run_dir, force, session.cfg, session.corpus.tokenizer)
-    run_folder.save_checkpoint(run_dir / run_folder.CHECKPOINT_FILE, session.checkpoint(0))
+    run_folder.create(run_dir, force, session.cfg, session.corpus.tokenizer, session.checkpoint(0))
 
 
 def training_bytes(cfg: Config, vocab_size: int) -> int:
