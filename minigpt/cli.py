@@ -183,7 +183,9 @@ def explore(
 def _speaks_for_all() -> bool:
     """False on all but the first process of each machine in a torchrun job: they read the same
     command line, so a mistake in it is said once per machine (the first process of a machine
-    other than rank 0's is the only one whose output that machine shows)."""
+    other than rank 0's is the only one whose output that machine shows). Read from torchrun's
+    environment here rather than through distributed.py: a mistake is found before any command
+    module, torch included, is imported."""
     return int(os.environ.get("WORLD_SIZE", "1")) <= 1 or os.environ.get("LOCAL_RANK", "0") == "0"
 
 

@@ -203,13 +203,15 @@ class Batches:
     def sample(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         # The global batch a single process would draw; this rank keeps its own rows of it.
         starts = torch.randint(len(self.ids) - self.context, (self.batch_size * self.world_size,), generator=generator)
-        starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
-        return self.windows(starts)
+        return self.windows(self._own_rows(starts))
 
     def fixed(self, n_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Evenly spaced windows across the split: the same ones at every evaluation, no RNG used.
         Like `sample`, each rank keeps its rows of every global batch."""
         size = self.batch_size * self.world_size
         starts = torch.linspace(0, len(self.ids) - self.context - 1, n_batches * size).long()
-        return [self.windows(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size])
-                for chunk in starts.split(size)]
+        return [self.windows(self._own_rows(chunk)) for chunk in starts.split(size)]
+
+    def _own_rows(self, starts: torch.Tensor) -> torch.Tensor:
+        """Rank r's rows r*batch_size .. (r+1)*batch_size - 1 of a global batch's window starts."""
+        return starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]

@@ -10,8 +10,9 @@ batch_size x world_size would draw (data.Batches), so the ranks together compute
 computes with the union batch.
 
 The ranks move in step: every decision that could end the run on one rank (a refusal, a failed
-write, a non-finite loss, a stop request) is agreed by all before any acts on it (`agree`,
-`any_rank`), so no rank is left waiting on a collective the others will never join.
+write, a stop request) is agreed by all before any acts on it (`agree`, `any_rank`), so no rank is
+left waiting on a collective the others will never join. (A non-finite loss needs no exchange of
+its own: it is in the ranks' mean loss and averaged gradients on every rank.)
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def from_environment() -> World:
     """The world torchrun describes in the environment, with the process group started; a world
     of one (nothing started) without torchrun. Small messages (decisions, losses, refusals) go
     over gloo on the CPU; gradients of a model on a GPU go over NCCL."""
+    global _patient
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    global _patient
     if not dist.is_initialized():
         dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
         # The others wait while rank 0 fits the tokenizer, minutes per GB of text (50 s for 100 MB
@@ -88,7 +89,7 @@ def agree(world: World, work: Callable[[], T]) -> T:
     said = str(failure) if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
     dist.all_gather_object(told, None if failure is None else
                            (said, isinstance(failure, MinigptError), socket.gethostname()), group=_patient)
-    failed = [(rank, said) for rank, said in enumerate(told) if said is not None]
+    failed = [(rank, report) for rank, report in enumerate(told) if report is not None]
     if not failed:
         return result
     if failure is not None and not isinstance(failure, MinigptError):
@@ -135,8 +136,7 @@ def _on_cpu(value):
 
 
 def any_rank(world: World, *flags: bool) -> tuple[bool, ...]:
-    """Each flag, true on every rank when it is true on any (a stop request, a diverged step, a
-    failure)."""
+    """Each flag, true on every rank when it is true on any (a stop request, a failure)."""
     if not world.distributed:
         return flags
     t = torch.tensor([1.0 if flag else 0.0 for flag in flags])

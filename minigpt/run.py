@@ -86,13 +86,20 @@ _NOT_IDENTITY = {("train", k) for k in ("data", "out", "device", "threads", "log
                                          "checkpoint_interval", "sample_every", "sample_prompt", "sample_tokens")}
 
 
+def config_sections(cfg: Config, leaving_out: set[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """[model], [tokenizer] and [train] as plain values, without the (section, key) pairs named."""
+    return {section: {k: v for k, v in asdict(getattr(cfg, section)).items() if (section, k) not in leaving_out}
+            for section in ("model", "tokenizer", "train")}
+
+
+def sections_differences(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[str]:
+    """`[section] key: a-value != b-value` for every key on which two `config_sections` disagree."""
+    return [f"[{section}] {d}" for section in a for d in model_section_differences(a[section], b.get(section, {}))]
+
+
 def training_identity(cfg: Config) -> dict[str, dict[str, Any]]:
     """The config sections that determine a training run's numbers ([sample] never does)."""
-    out = {}
-    for section in ("model", "tokenizer", "train"):
-        out[section] = {k: v for k, v in asdict(getattr(cfg, section)).items()
-                        if (section, k) not in _NOT_IDENTITY}
-    return out
+    return config_sections(cfg, _NOT_IDENTITY)
 
 
 def config_hash(identity: dict[str, dict[str, Any]]) -> str:
@@ -116,7 +123,7 @@ def check_resume(payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer,
     stored = payload["identity"]
     now = training_identity(cfg)
     if config_hash(now) != payload["hashes"]["config"]:
-        diffs = [f"[{s}] {d}" for s in now for d in model_section_differences(now[s], stored.get(s, {}))]
+        diffs = sections_differences(now, stored)
         advice = "resume with the same config file, --set values and flags"
         batch, was = now["train"]["batch_size"], stored.get("train", {}).get("batch_size")
         if was is not None and batch != was:  # the global batch: any number of processes that divides it
@@ -158,9 +165,8 @@ UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE}
 
 
 def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
-    has_run = run_dir.is_dir() and any(not (p.name in UNFINISHED_RUN or (p.name.startswith(".") and
-                                                                          p.name.endswith(".tmp")))
-                                       for p in run_dir.iterdir())
+    has_run = run_dir.is_dir() and any(p.name not in UNFINISHED_RUN
+                                       for p in set(run_dir.iterdir()) - set(_temporaries(run_dir)))
     if resume and not (run_dir / CHECKPOINT_FILE).is_file():
         raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
     if has_run and not resume and not force:
@@ -203,10 +209,15 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, fi
                            f"make room there or choose another --out") from None
 
 
+def _temporaries(run_dir: Path) -> list[Path]:
+    """The run folder's temporary files (`.NAME.*.tmp`, see io.py)."""
+    return sorted(Path(run_dir).glob(".*.tmp"))
+
+
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
     """Temporary files a killed writer left in the run folder (`.NAME.*.tmp`, see io.py): never
     renamed into place, so never read; removed by the next writer, which holds the run's lock."""
-    stale = sorted(Path(run_dir).glob(".*.tmp"))
+    stale = _temporaries(run_dir)
     for path in stale:
         path.unlink(missing_ok=True)
     return stale

@@ -19,14 +19,14 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
 
 from . import run as run_folder
-from .config import Config, model_section_differences
+from .config import Config
 from .data import Batches, Corpus, load_corpus
 from . import distributed
 from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
@@ -281,9 +281,7 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
 
     def build_here() -> Session:
         settings, tokenizer_json, sha256, payload = sent
-        here = shared_settings(cfg)
-        differences = [f"[{section}] {difference}" for section in here
-                       for difference in model_section_differences(here[section], settings[section])]
+        differences = run_folder.sections_differences(shared_settings(cfg), settings)
         if differences:  # the ranks would train different runs, or wait on each other at different steps
             raise MinigptError(f"the config here differs from rank 0's ({'; '.join(differences)} (here != rank 0)); "
                                f"launch every process with the same config file, --set values and flags")
@@ -296,13 +294,12 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
 
 
 # What each machine of a data-parallel run may set for itself; every other key must be rank 0's.
-PER_MACHINE = {"data", "out", "device", "threads"}
+PER_MACHINE = {("train", k) for k in ("data", "out", "device", "threads")}
 
 
 def shared_settings(cfg: Config) -> dict[str, dict[str, Any]]:
     """The config sections every rank must agree on."""
-    return {section: {k: v for k, v in asdict(getattr(cfg, section)).items()
-                      if not (section == "train" and k in PER_MACHINE)} for section in ("model", "tokenizer", "train")}
+    return run_folder.config_sections(cfg, PER_MACHINE)
 
 
 def _prepare(cfg: Config, resume: bool, preparing: Callable[[str], ContextManager],
@@ -483,7 +480,9 @@ class Trainer:
         total = distributed.mean(s.world, total)  # the global batch's loss, the same on every rank
         # With grad_clip = 0 the norm is still measured (a clip at infinity multiplies by exactly 1).
         norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
-        if distributed.any_rank(s.world, not (math.isfinite(total) and math.isfinite(norm)))[0]:
+        # The same verdict on every rank without another exchange: the loss is the ranks' mean and the
+        # norm is taken over the averaged gradients, so a NaN or inf on any rank is in both everywhere.
+        if not (math.isfinite(total) and math.isfinite(norm)):
             s.optimizer.zero_grad(set_to_none=True)
             self.diverged = Diverged(s.step + 1, total, norm)
             return total, lr

@@ -46,10 +46,10 @@ def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], step
         if not distributed.lost_contact(world, exc):
             raise
         if world.is_main:  # the rank that went away, if it could, said why in its own output
-            say("minigpt: error: another rank of this torchrun job stopped without warning (its process ended or "
-                "its machine went away), so this one stops too; that rank's output says why. Once training has begun "
-                "the run folder's last checkpoint is intact: fix the cause, then run the same launch with --resume "
-                "(before that, nothing was written: run it again as it was)")
+            refuse("another rank of this torchrun job stopped without warning (its process ended or its machine "
+                   "went away), so this one stops too; that rank's output says why. Once training has begun the run "
+                   "folder's last checkpoint is intact: fix the cause, then run the same launch with --resume "
+                   "(before that, nothing was written: run it again as it was)", code=1)
         raise typer.Exit(1) from None
     finally:
         distributed.finish(world, together)
