@@ -30,9 +30,21 @@ TABLE_TO_RECORDER = {
 def chapter_model_config(ref: dict) -> ModelConfig:
     """What the chapter's matrices require; the config file must agree with it."""
     E, P, W_1 = ref["E_token_table"], ref["P_position_table"], ref["W_1"]
-    return ModelConfig(context=len(P), n_layer=1, n_head=2, n_embd=len(E[0]), ffn_hidden=len(W_1[0]),
-                       norm_eps=ref["eps"], dropout=0.0, norm="layernorm", norm_position="pre",
-                       activation="relu", bias=True, tie_embeddings=True, dtype="float64")
+    return ModelConfig(
+        context=len(P),
+        n_layer=1,
+        n_head=2,
+        n_embd=len(E[0]),
+        ffn_hidden=len(W_1[0]),
+        norm_eps=ref["eps"],
+        dropout=0.0,
+        norm="layernorm",
+        norm_position="pre",
+        activation="relu",
+        bias=True,
+        tie_embeddings=True,
+        dtype="float64",
+    )
 
 
 def build_model(cfg: ModelConfig, ref: dict) -> MiniGPT:

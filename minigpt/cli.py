@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,21 +22,27 @@ app = typer.Typer(
     help="Train a small GPT on a text file, sample from it, and trace one position through every block.",
 )
 
-CONFIG_HELP = ("TOML config shared by train, sample and trace (default: configs/default.toml; with --run "
-               "alone, the run's own config.toml).")
+CONFIG_HELP = (
+    "TOML config shared by train, sample and trace (default: configs/default.toml; with --run "
+    "alone, the run's own config.toml)."
+)
 SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
 RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the run the config names)."
 
 # The options every command shares, declared once.
-ConfigOption = Annotated[Optional[Path], typer.Option("-c", "--config", help=CONFIG_HELP)]
-RunOption = Annotated[Optional[Path], typer.Option("--run", help=RUN_HELP)]
-SetOption = Annotated[Optional[List[str]], typer.Option("--set", help=SET_HELP)]
-CheckpointOption = Annotated[str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")]
+ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help=CONFIG_HELP)]
+RunOption = Annotated[Path | None, typer.Option("--run", help=RUN_HELP)]
+SetOption = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+CheckpointOption = Annotated[
+    str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")
+]
 
 
 @app.callback()
 def root(
-    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error (also MINIGPT_DEBUG=1)."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of an internal error (also MINIGPT_DEBUG=1)."
+    ),
 ) -> None:
     """Train a small GPT on a text file, sample from it, and trace one position through every block."""
 
@@ -44,9 +50,11 @@ def root(
 @app.command()
 def train(
     config: ConfigOption = None,
-    data: Optional[Path] = typer.Option(None, "--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder to write (default: runs/<config name>)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer steps (overrides train.steps)."),
+    data: Path | None = typer.Option(
+        None, "--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Run folder to write (default: runs/<config name>)."),
+    steps: int | None = typer.Option(None, "--steps", help="Optimizer steps (overrides train.steps)."),
     overrides: SetOption = None,
     resume: bool = typer.Option(False, "--resume", help="Continue the run in the run folder from its checkpoint."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run folder."),
@@ -62,31 +70,51 @@ def train(
 def sample(
     config: ConfigOption = None,
     run: RunOption = None,
-    prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Text to continue. An empty prompt starts from a newline."),
-    prompt_file: Optional[Path] = typer.Option(None, "--prompt-file", help="Read the prompt from a UTF-8 file."),
-    max_new_tokens: Optional[int] = typer.Option(None, "-n", "--max-new-tokens", help="Tokens to generate."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Softmax temperature (> 0)."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="Keep the k most likely tokens (0 = off)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling mass in (0, 1] (1 = off)."),
-    greedy: Optional[bool] = typer.Option(None, "--greedy/--no-greedy", help="Always take the most likely token."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed."),
-    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Independent samples, generated as one batch."),
-    stop: Optional[str] = typer.Option(None, "--stop", help="Stop a sample when this text appears in its completion."),
-    slide: Optional[bool] = typer.Option(None, "--slide/--no-slide", help="Past the position table, continue with a sliding window (default) or stop there."),
+    prompt: str | None = typer.Option(
+        None, "-p", "--prompt", help="Text to continue. An empty prompt starts from a newline."
+    ),
+    prompt_file: Path | None = typer.Option(None, "--prompt-file", help="Read the prompt from a UTF-8 file."),
+    max_new_tokens: int | None = typer.Option(None, "-n", "--max-new-tokens", help="Tokens to generate."),
+    temperature: float | None = typer.Option(None, "--temperature", help="Softmax temperature (> 0)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="Keep the k most likely tokens (0 = off)."),
+    top_p: float | None = typer.Option(None, "--top-p", help="Nucleus sampling mass in (0, 1] (1 = off)."),
+    greedy: bool | None = typer.Option(None, "--greedy/--no-greedy", help="Always take the most likely token."),
+    seed: int | None = typer.Option(None, "--seed", help="Sampling seed."),
+    num_samples: int | None = typer.Option(None, "--num-samples", help="Independent samples, generated as one batch."),
+    stop: str | None = typer.Option(None, "--stop", help="Stop a sample when this text appears in its completion."),
+    slide: bool | None = typer.Option(
+        None,
+        "--slide/--no-slide",
+        help="Past the position table, continue with a sliding window (default) or stop there.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per sample instead of streaming text."),
     overrides: SetOption = None,
-    kv_cache: bool = typer.Option(True, "--kv-cache/--no-kv-cache", hidden=True, help="Use the KV cache while the window fills (off: full recompute, for benchmarks)."),
+    kv_cache: bool = typer.Option(
+        True,
+        "--kv-cache/--no-kv-cache",
+        hidden=True,
+        help="Use the KV cache while the window fills (off: full recompute, for benchmarks).",
+    ),
     checkpoint: CheckpointOption = "last",
 ) -> None:
     """Continue a prompt with a trained model. An empty prompt starts from a newline.
 
-    A prompt longer than the model's context (the rows of its position table) is refused, never cropped. Past the table, generation continues with a sliding window of the last context tokens, or stops with --no-slide.
+    A prompt longer than the model's context (the rows of its position table) is refused, never cropped.
+    Past the table, generation continues with a sliding window of the last context tokens, or stops
+    with --no-slide.
     """
     from .commands import sample as command
 
-    options = {"sample.max_new_tokens": max_new_tokens, "sample.temperature": temperature,
-               "sample.top_k": top_k, "sample.top_p": top_p, "sample.greedy": greedy, "sample.seed": seed,
-               "sample.num_samples": num_samples, "sample.slide": slide}
+    options = {
+        "sample.max_new_tokens": max_new_tokens,
+        "sample.temperature": temperature,
+        "sample.top_k": top_k,
+        "sample.top_p": top_p,
+        "sample.greedy": greedy,
+        "sample.seed": seed,
+        "sample.num_samples": num_samples,
+        "sample.slide": slide,
+    }
     command.main(config, run, prompt, prompt_file, options, stop, as_json, overrides or [], kv_cache, checkpoint)
 
 
@@ -94,32 +122,78 @@ def sample(
 def trace(
     config: ConfigOption = None,
     run: RunOption = None,
-    prompt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Text whose tokens are traced."),
-    ids: Optional[str] = typer.Option(None, "--ids", help="Token ids instead of a prompt, e.g. 0,1,2."),
-    position: Optional[int] = typer.Option(None, "--position", help="Position to follow (default: the last; negative counts from the end)."),
-    block: Optional[int] = typer.Option(None, "--block", help="Show only this block (default: all)."),
+    prompt: str | None = typer.Option(None, "-p", "--prompt", help="Text whose tokens are traced."),
+    ids: str | None = typer.Option(None, "--ids", help="Token ids instead of a prompt, e.g. 0,1,2."),
+    position: int | None = typer.Option(
+        None, "--position", help="Position to follow (default: the last; negative counts from the end)."
+    ),
+    block: int | None = typer.Option(None, "--block", help="Show only this block (default: all)."),
     digits: int = typer.Option(4, "--digits", help="Decimals shown for each number."),
     top: int = typer.Option(5, "--top", help="Next-token candidates shown."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole trace as one JSON object with full rows."),
     overrides: SetOption = None,
-    scale: Optional[List[str]] = typer.Option(None, "--scale", help="Multiply a sublayer's update: B.attention=K or B.ffn=K (B: block or all; 0 removes it). Repeatable."),
-    replace_residual: Optional[List[str]] = typer.Option(None, "--replace-residual", help="Broken mode for block B (or all): residual1 = attention, output = ffn, instead of the sums."),
-    ablate_head: Optional[List[str]] = typer.Option(None, "--ablate-head", help="Zero head H's contribution in block B: B.H. Repeatable."),
-    set_input: Optional[str] = typer.Option(None, "--set-input", help="Replace the traced position's block-0 input row, e.g. \"2,2,2,2\" (model width numbers)."),
-    at_position: bool = typer.Option(False, "--at-position", help="Apply --scale, --replace-residual and --ablate-head at the traced position only (default: every position)."),
-    compare_passes: bool = typer.Option(False, "--compare", help="Show the unmodified and the modified pass side by side, with norms, changes and the KL divergence of the next-token distributions."),
+    scale: list[str] | None = typer.Option(
+        None,
+        "--scale",
+        help="Multiply a sublayer's update: B.attention=K or B.ffn=K (B: block or all; 0 removes it). Repeatable.",
+    ),
+    replace_residual: list[str] | None = typer.Option(
+        None,
+        "--replace-residual",
+        help="Broken mode for block B (or all): residual1 = attention, output = ffn, instead of the sums.",
+    ),
+    ablate_head: list[str] | None = typer.Option(
+        None, "--ablate-head", help="Zero head H's contribution in block B: B.H. Repeatable."
+    ),
+    set_input: str | None = typer.Option(
+        None,
+        "--set-input",
+        help='Replace the traced position\'s block-0 input row, e.g. "2,2,2,2" (model width numbers).',
+    ),
+    at_position: bool = typer.Option(
+        False,
+        "--at-position",
+        help="Apply --scale, --replace-residual and --ablate-head at the traced position only "
+        "(default: every position).",
+    ),
+    compare_passes: bool = typer.Option(
+        False,
+        "--compare",
+        help="Show the unmodified and the modified pass side by side, with norms, changes and the KL "
+        "divergence of the next-token distributions.",
+    ),
     checkpoint: CheckpointOption = "last",
-    png: Optional[Path] = typer.Option(None, "--png", help="Also write every head's attention weights in every block as heat maps (needs matplotlib)."),
+    png: Path | None = typer.Option(
+        None, "--png", help="Also write every head's attention weights in every block as heat maps (needs matplotlib)."
+    ),
 ) -> None:
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
 
-    Interventions (--scale, --replace-residual, --ablate-head, --set-input) change stages of the same forward pass; --compare shows what follows from them.
+    Interventions (--scale, --replace-residual, --ablate-head, --set-input) change stages of the same
+    forward pass; --compare shows what follows from them.
     """
     from .commands import trace as command
 
-    command.main(config, run, prompt, ids, position, block, digits, top, as_json, overrides or [],
-                 scale or [], replace_residual or [], ablate_head or [], set_input, at_position, compare_passes,
-                 checkpoint, png)
+    command.main(
+        config,
+        run,
+        prompt,
+        ids,
+        position,
+        block,
+        digits,
+        top,
+        as_json,
+        overrides or [],
+        scale or [],
+        replace_residual or [],
+        ablate_head or [],
+        set_input,
+        at_position,
+        compare_passes,
+        checkpoint,
+        png,
+    )
 
 
 @app.command(name="eval")
@@ -127,8 +201,12 @@ def eval_(
     config: ConfigOption = None,
     run: RunOption = None,
     data: Path = typer.Option(..., "--data", help="UTF-8 text file to score."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity."),
-    per_token: Optional[Path] = typer.Option(None, "--per-token", help="Write one JSON line per scored token: position, id, token, surprisal_bits."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity."
+    ),
+    per_token: Path | None = typer.Option(
+        None, "--per-token", help="Write one JSON line per scored token: position, id, token, surprisal_bits."
+    ),
     overrides: SetOption = None,
     checkpoint: CheckpointOption = "last",
 ) -> None:
@@ -142,12 +220,15 @@ def eval_(
 def export(
     config: ConfigOption = None,
     run: RunOption = None,
-    format: str = typer.Option(..., "--format", help="safetensors (minigpt's names + config.json) or hf (a GPT-2 folder transformers loads)."),
+    format: str = typer.Option(
+        ..., "--format", help="safetensors (minigpt's names + config.json) or hf (a GPT-2 folder transformers loads)."
+    ),
     out: Path = typer.Option(..., "--out", help="Folder to write (new or empty)."),
     overrides: SetOption = None,
     checkpoint: CheckpointOption = "last",
 ) -> None:
-    """Export a run's weights: safetensors, or a Hugging Face GPT-2 folder (GPT2LMHeadModel, PreTrainedTokenizerFast)."""
+    """Export a run's weights: safetensors, or a Hugging Face GPT-2 folder (GPT2LMHeadModel,
+    PreTrainedTokenizerFast)."""
     from .commands import export as command
 
     command.main(config, run, format, out, overrides or [], checkpoint)
@@ -155,8 +236,10 @@ def export(
 
 @app.command()
 def plot(
-    runs: List[Path] = typer.Argument(..., help="Run folders to overlay."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="PNG to write (needs matplotlib); without it, a text plot."),
+    runs: list[Path] = typer.Argument(..., help="Run folders to overlay."),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="PNG to write (needs matplotlib); without it, a text plot."
+    ),
     x: str = typer.Option("step", "--x", help="step, or time (seconds of training)."),
 ) -> None:
     """Training loss, validation loss and validation bits/byte of one or several runs, overlaid."""
@@ -174,7 +257,8 @@ def explore(
     overrides: SetOption = None,
     checkpoint: CheckpointOption = "last",
 ) -> None:
-    """Serve a local page to explore a run: trace a position, move the lesson's controls (attention and FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after."""
+    """Serve a local page to explore a run: trace a position, move the lesson's controls (attention and
+    FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after."""
     from .commands import explore as command
 
     command.main(config, run, host, port, overrides or [], checkpoint)
@@ -216,8 +300,11 @@ def main() -> None:
         if "--debug" in sys.argv[1:] or os.environ.get("MINIGPT_DEBUG", "") not in ("", "0"):
             raise
         detail = " ".join(str(exc).split())[:300]
-        typer.echo(f"minigpt: internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
-                   f"(run with --debug for the traceback)", err=True)
+        typer.echo(
+            f"minigpt: internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
+            f"(run with --debug for the traceback)",
+            err=True,
+        )
         code = 1
     sys.exit(code if isinstance(code, int) else 0)
 

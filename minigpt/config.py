@@ -39,12 +39,23 @@ DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.toml"
 DEFAULT_CORPUS = PROJECT_ROOT / "data" / "tinyshakespeare.txt"
 
 
-def _spec(default: Any, help: str, *, choices: tuple = (), minimum: float | None = None,
-          maximum: float | None = None, exclusive_max: bool = False, positive: bool = False):
+def _spec(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple = (),
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_max: bool = False,
+    positive: bool = False,
+):
     """A dataclass field carrying what is allowed, so validation and messages come from one place."""
-    return field(default=default, metadata=dict(help=help, choices=choices, minimum=minimum,
-                                                maximum=maximum, exclusive_max=exclusive_max,
-                                                positive=positive))
+    return field(
+        default=default,
+        metadata=dict(
+            help=help, choices=choices, minimum=minimum, maximum=maximum, exclusive_max=exclusive_max, positive=positive
+        ),
+    )
 
 
 @dataclass
@@ -55,21 +66,20 @@ class ModelConfig:
     n_embd: int = _spec(128, "model width C (a multiple of n_head)", minimum=1)
     ffn_hidden: int = _spec(512, "hidden width F of the position-wise FFN", minimum=1)
     norm_eps: float = _spec(1e-5, "epsilon added to the variance inside each norm", positive=True)
-    dropout: float = _spec(0.0, "dropout probability (0 for exact teaching runs)", minimum=0.0,
-                           maximum=1.0, exclusive_max=True)
+    dropout: float = _spec(
+        0.0, "dropout probability (0 for exact teaching runs)", minimum=0.0, maximum=1.0, exclusive_max=True
+    )
     norm: str = _spec("layernorm", "normalisation", choices=("layernorm", "rmsnorm"))
     norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
     activation: str = _spec("relu", "FFN non-linearity", choices=("relu", "gelu", "swiglu"))
     bias: bool = _spec(True, "biases in the linear layers and in LayerNorm (RMSNorm has none)")
     tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
-    dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs",
-                       choices=("float32", "float64"))
+    dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs", choices=("float32", "float64"))
 
 
 @dataclass
 class TokenizerConfig:
-    kind: str = _spec("bpe", "byte-level BPE, one id per character, or 256 byte ids",
-                      choices=("bpe", "char", "byte"))
+    kind: str = _spec("bpe", "byte-level BPE, one id per character, or 256 byte ids", choices=("bpe", "char", "byte"))
     vocab_size: int = _spec(1024, "BPE vocabulary size (at least 257: 256 bytes plus merges)", minimum=1)
 
 
@@ -77,18 +87,24 @@ class TokenizerConfig:
 class TrainConfig:
     data: str = _spec(str(DEFAULT_CORPUS), "UTF-8 text file to train on")
     out: str = _spec("", "run folder; empty means runs/<config name> under the current directory")
-    val_fraction: float = _spec(0.1, "contiguous tail of the text kept for validation", positive=True,
-                                maximum=1.0, exclusive_max=True)
+    val_fraction: float = _spec(
+        0.1, "contiguous tail of the text kept for validation", positive=True, maximum=1.0, exclusive_max=True
+    )
     batch_size: int = _spec(64, "windows per optimizer micro-step", minimum=1)
     grad_accum: int = _spec(1, "micro-steps accumulated per optimizer step", minimum=1)
     steps: int = _spec(750, "optimizer steps", minimum=1)
     learning_rate: float = _spec(3e-3, "peak learning rate", positive=True)
     min_lr: float = _spec(1e-4, "learning rate at the end of the cosine decay", minimum=0.0)
     warmup_steps: int = _spec(100, "linear warmup steps", minimum=0)
-    optimizer: str = _spec("muon", "adamw for every parameter, or muon for the blocks' weight matrices with "
-                           "AdamW for the tables, head, gains and biases", choices=("adamw", "muon"))
-    muon_learning_rate: float = _spec(0.02, "peak learning rate of Muon (optimizer = muon), on the same schedule",
-                                      positive=True)
+    optimizer: str = _spec(
+        "muon",
+        "adamw for every parameter, or muon for the blocks' weight matrices with "
+        "AdamW for the tables, head, gains and biases",
+        choices=("adamw", "muon"),
+    )
+    muon_learning_rate: float = _spec(
+        0.02, "peak learning rate of Muon (optimizer = muon), on the same schedule", positive=True
+    )
     weight_decay: float = _spec(0.1, "decoupled weight decay, applied to matrices only", minimum=0.0)
     beta1: float = _spec(0.9, "AdamW beta1", minimum=0.0, maximum=1.0, exclusive_max=True)
     beta2: float = _spec(0.99, "AdamW beta2", minimum=0.0, maximum=1.0, exclusive_max=True)
@@ -98,16 +114,28 @@ class TrainConfig:
     log_interval: int = _spec(10, "steps between training-loss records in metrics.jsonl", minimum=1)
     checkpoint_interval: int = _spec(250, "steps between checkpoints (also saved at the end)", minimum=1)
     seed: int = _spec(1337, "seed for initialisation, batches and dropout")
-    device: str = _spec("auto", "where train, sample and trace compute; auto picks cuda, then mps, else cpu",
-                        choices=("auto", "cpu", "cuda", "mps"))
-    threads: int = _spec(0, "CPU threads for torch in every command (0: one per core for training, one for "
-                         "sampling a single sample and for trace)", minimum=0)
-    sample_every: int = _spec(0, "steps between short samples printed during training and kept in metrics.jsonl "
-                              "(0 = off)", minimum=0)
+    device: str = _spec(
+        "auto",
+        "where train, sample and trace compute; auto picks cuda, then mps, else cpu",
+        choices=("auto", "cpu", "cuda", "mps"),
+    )
+    threads: int = _spec(
+        0,
+        "CPU threads for torch in every command (0: one per core for training, one for "
+        "sampling a single sample and for trace)",
+        minimum=0,
+    )
+    sample_every: int = _spec(
+        0, "steps between short samples printed during training and kept in metrics.jsonl (0 = off)", minimum=0
+    )
     sample_prompt: str = _spec("", "prompt of the samples during training; empty starts from a newline")
     sample_tokens: int = _spec(48, "new tokens in each sample during training", minimum=1)
-    precision: str = _spec("auto", "matmul precision while training: auto (bfloat16 where the hardware has it, "
-                           "else float32), float32 or bfloat16; weights stay float32", choices=("auto", "float32", "bfloat16"))
+    precision: str = _spec(
+        "auto",
+        "matmul precision while training: auto (bfloat16 where the hardware has it, "
+        "else float32), float32 or bfloat16; weights stay float32",
+        choices=("auto", "float32", "bfloat16"),
+    )
 
 
 @dataclass
@@ -139,8 +167,8 @@ class Config:
     tokenizer: TokenizerConfig
     train: TrainConfig
     sample: SampleConfig
-    name: str = "default"          # the config file's stem; names the default run folder
-    source: str = "<defaults>"     # where it came from, for messages
+    name: str = "default"  # the config file's stem; names the default run folder
+    source: str = "<defaults>"  # where it came from, for messages
 
     @property
     def run_dir(self) -> Path:
@@ -176,13 +204,17 @@ def _check_value(section: str, key: str, value: Any, where: str) -> Any:
     meta = spec.metadata
     literal = _toml_value(value) if isinstance(value, (bool, int, float, str)) else repr(value)
     shown = f"[{section}] {key} = {literal}"
-    ok = (isinstance(value, bool) if kind is bool else
-          isinstance(value, int) and not isinstance(value, bool) if kind is int else
-          isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else
-          isinstance(value, str))
+    ok = (
+        isinstance(value, bool)
+        if kind is bool
+        else isinstance(value, int) and not isinstance(value, bool)
+        if kind is int
+        else isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind is float
+        else isinstance(value, str)
+    )
     if not ok:
-        raise ConfigError(f"{where}: {shown} is not {_type_name(kind)}; expected {_type_name(kind)} "
-                          f"({meta['help']})")
+        raise ConfigError(f"{where}: {shown} is not {_type_name(kind)}; expected {_type_name(kind)} ({meta['help']})")
     if kind is float:
         value = float(value)
         if not math.isfinite(value):
@@ -215,8 +247,7 @@ def _resolve_path(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
-def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any, where: str,
-           base: Path) -> None:
+def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any, where: str, base: Path) -> None:
     if section not in SECTIONS:
         raise _unknown(section, list(SECTIONS), "section", where)
     known = [f.name for f in fields(SECTIONS[section])]
@@ -252,28 +283,40 @@ def _cross_checks(cfg: Config) -> None:
     where = cfg.source
     m, t, tr = cfg.model, cfg.tokenizer, cfg.train
     if m.n_embd % m.n_head:
-        raise ConfigError(f"{where}: [model] n_embd = {m.n_embd} is not divisible by n_head = {m.n_head}; "
-                          f"choose n_embd a multiple of n_head (e.g. {m.n_head * max(1, m.n_embd // m.n_head)})")
+        raise ConfigError(
+            f"{where}: [model] n_embd = {m.n_embd} is not divisible by n_head = {m.n_head}; "
+            f"choose n_embd a multiple of n_head (e.g. {m.n_head * max(1, m.n_embd // m.n_head)})"
+        )
     if t.kind == "bpe" and t.vocab_size < 257:
-        raise ConfigError(f"{where}: [tokenizer] vocab_size = {t.vocab_size} is too small for kind = \"bpe\"; "
-                          f"byte-level BPE needs at least 257 (256 bytes plus merges)")
+        raise ConfigError(
+            f'{where}: [tokenizer] vocab_size = {t.vocab_size} is too small for kind = "bpe"; '
+            f"byte-level BPE needs at least 257 (256 bytes plus merges)"
+        )
     if tr.min_lr > tr.learning_rate:
-        raise ConfigError(f"{where}: [train] min_lr = {tr.min_lr} is above learning_rate = {tr.learning_rate}; "
-                          f"set min_lr at most learning_rate")
+        raise ConfigError(
+            f"{where}: [train] min_lr = {tr.min_lr} is above learning_rate = {tr.learning_rate}; "
+            f"set min_lr at most learning_rate"
+        )
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                flags: dict[str, tuple[str, Any]] | None = None) -> Config:
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    flags: dict[str, tuple[str, Any]] | None = None,
+) -> Config:
     """Read a config file (the shipped default when None), apply --set overrides, then dedicated
     command-line flags ({"train.steps": ("--steps", 500)}, already typed), and validate."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     where = str(path)
     if not path.exists():
         if path == DEFAULT_CONFIG:
-            raise ConfigError(f"the default config {where} is not installed; install minigpt from its "
-                              f"checkout (`pip install -e .` or `pip install .`), or pass your own TOML file with -c")
-        raise ConfigError(f"config file {where} does not exist; pass an existing TOML file with -c "
-                          f"(the default is {DEFAULT_CONFIG})")
+            raise ConfigError(
+                f"the default config {where} is not installed; install minigpt from its "
+                f"checkout (`pip install -e .` or `pip install .`), or pass your own TOML file with -c"
+            )
+        raise ConfigError(
+            f"config file {where} does not exist; pass an existing TOML file with -c (the default is {DEFAULT_CONFIG})"
+        )
     if path.is_dir():
         raise ConfigError(f"config file {where} is a directory; pass a TOML file with -c")
     try:
@@ -312,13 +355,17 @@ def model_config_from(stored: Any, where: str) -> ModelConfig:
     """The [model] section a checkpoint stores, checked key by key like a config file, so a model
     is only ever built from what it was trained as: no key may be missing, unknown or out of range."""
     if not isinstance(stored, dict):
-        raise ConfigError(f"{where} holds no [model] section; it cannot say what model it is, so it is "
-                          f"refused: retrain it with this version of minigpt")
+        raise ConfigError(
+            f"{where} holds no [model] section; it cannot say what model it is, so it is "
+            f"refused: retrain it with this version of minigpt"
+        )
     known = [f.name for f in fields(ModelConfig)]
     missing = [k for k in known if k not in stored]
     if missing:
-        raise ConfigError(f"{where}: its [model] section lacks {', '.join(missing)}; it cannot say what model "
-                          f"it is, so it is refused: retrain it with this version of minigpt")
+        raise ConfigError(
+            f"{where}: its [model] section lacks {', '.join(missing)}; it cannot say what model "
+            f"it is, so it is refused: retrain it with this version of minigpt"
+        )
     values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     for key, value in stored.items():
         _apply(values, "model", key, value, where, Path.cwd())

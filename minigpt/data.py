@@ -15,10 +15,11 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator
 
 import numpy as np
 import torch
@@ -60,8 +61,10 @@ def read_text(path: str | Path, what: str = "training text", flag: str = "--data
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MinigptError(f"{what} {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
-                           f"{exc.start}; convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+        raise MinigptError(
+            f"{what} {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}; convert it to UTF-8 (e.g. iconv -t UTF-8)"
+        ) from None
     return text, hashlib.sha256(raw).hexdigest()
 
 
@@ -69,6 +72,7 @@ def read_text(path: str | Path, what: str = "training text", flag: str = "--data
 class Corpus:
     """Both splits as token ids, the tokenizer fitted to the training split, and what bits per
     byte needs: how many UTF-8 bytes of text each split's tokens stand for."""
+
     tokenizer: TextTokenizer
     train_ids: np.ndarray
     val_ids: np.ndarray
@@ -105,9 +109,12 @@ def _no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
     yield lambda n: None
 
 
-def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: None,
-                progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress,
-                fitted: tuple[TextTokenizer, str] | None = None) -> Corpus:
+def load_corpus(
+    cfg: Config,
+    on_status: Callable[[str], None] = lambda message: None,
+    progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress,
+    fitted: tuple[TextTokenizer, str] | None = None,
+) -> Corpus:
     """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input.
     `progress(label, total_characters)` gives a callable told how many characters were done, for
     a progress bar on a large text (the command draws it; nothing is drawn here).
@@ -118,18 +125,27 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
     path = Path(cfg.train.data)
     text, sha = read_text(path)
     if fitted is not None and sha != fitted[1]:
-        raise MinigptError(f"training text {path} here is not the text rank 0 trains on (sha256 {sha[:12]}... != "
-                           f"{fitted[1][:12]}...); every machine needs the same file at the same path")
+        raise MinigptError(
+            f"training text {path} here is not the text rank 0 trains on (sha256 {sha[:12]}... != "
+            f"{fitted[1][:12]}...); every machine needs the same file at the same path"
+        )
     train_text, val_text = split_text(text, cfg.train.val_fraction)
     if cfg.tokenizer.kind == "char":
         unseen = sorted(set(val_text) - set(train_text))
         if unseen:
             # A char tokenizer fitted to the training head cannot encode these; say so up front.
             shown = " ".join(repr(c) for c in unseen[:10])
-            raise MinigptError(f"validation tail of {path} has characters the training part never uses "
-                               f"({shown}); use tokenizer.kind = \"bpe\" or \"byte\", or change val_fraction")
-    settings = {"format": CACHE_FORMAT, "sha256": sha, "kind": cfg.tokenizer.kind,
-                "vocab_size": cfg.tokenizer.vocab_size, "val_fraction": cfg.train.val_fraction}
+            raise MinigptError(
+                f"validation tail of {path} has characters the training part never uses "
+                f'({shown}); use tokenizer.kind = "bpe" or "byte", or change val_fraction'
+            )
+    settings = {
+        "format": CACHE_FORMAT,
+        "sha256": sha,
+        "kind": cfg.tokenizer.kind,
+        "vocab_size": cfg.tokenizer.vocab_size,
+        "val_fraction": cfg.train.val_fraction,
+    }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
     folder = cache_root() / key
     files = [folder / name for name in ("tokenizer.json", "train.npy", "val.npy")]
@@ -142,8 +158,9 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
             tokenizer = fitted[0]
         else:
             with progress(f"fitting the {cfg.tokenizer.kind} tokenizer", len(train_text)) as advance:
-                tokenizer = TextTokenizer(train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text,
-                                                          advance))
+                tokenizer = TextTokenizer(
+                    train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text, advance)
+                )
         with progress("encoding the text", len(text)) as advance:
             train_ids, val_ids = _encode(tokenizer, train_text, advance), _encode(tokenizer, val_text, advance)
         try:
@@ -154,11 +171,15 @@ def load_corpus(cfg: Config, on_status: Callable[[str], None] = lambda message: 
             where = f"token ids cached in {folder}"
         except OSError as exc:
             where = f"token cache not written ({exc.strerror}), so the next run encodes again"
-        done = (f"encoded {len(text):,} characters with rank 0's {cfg.tokenizer.kind} tokenizer" if fitted else
-                f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} characters")
+        done = (
+            f"encoded {len(text):,} characters with rank 0's {cfg.tokenizer.kind} tokenizer"
+            if fitted
+            else f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} characters"
+        )
         on_status(f"{done}; {where}")
-    corpus = Corpus(tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")),
-                    len(val_text.encode("utf-8")), sha, path)
+    corpus = Corpus(
+        tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")), len(val_text.encode("utf-8")), sha, path
+    )
     _check_long_enough(corpus, cfg.model.context)
     for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
         check_token_ids(ids, tokenizer.vocab_size)
@@ -178,17 +199,20 @@ def _check_long_enough(corpus: Corpus, context: int) -> None:
     need = context + 1
     for name, ids in (("training", corpus.train_ids), ("validation", corpus.val_ids)):
         if len(ids) < need:
-            raise MinigptError(f"training text {corpus.path} is too short: its {name} split has {len(ids)} tokens, "
-                               f"but one window needs context + 1 = {need}; use a longer text, a smaller "
-                               f"[model] context, or another [train] val_fraction")
+            raise MinigptError(
+                f"training text {corpus.path} is too short: its {name} split has {len(ids)} tokens, "
+                f"but one window needs context + 1 = {need}; use a longer text, a smaller "
+                f"[model] context, or another [train] val_fraction"
+            )
 
 
 class Batches:
     """Random windows of context + 1 tokens (inputs and next-token targets) from one split. The ids
     stay as they are (a memory-mapped uint16 array); only each batch is gathered and widened."""
 
-    def __init__(self, ids: np.ndarray, context: int, batch_size: int, device: str = "cpu", rank: int = 0,
-                 world_size: int = 1):
+    def __init__(
+        self, ids: np.ndarray, context: int, batch_size: int, device: str = "cpu", rank: int = 0, world_size: int = 1
+    ):
         self.ids = ids
         self.offsets = np.arange(context + 1)
         self.context, self.batch_size, self.device = context, batch_size, device
@@ -214,4 +238,4 @@ class Batches:
 
     def _own_rows(self, starts: torch.Tensor) -> torch.Tensor:
         """Rank r's rows r*batch_size .. (r+1)*batch_size - 1 of a global batch's window starts."""
-        return starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+        return starts[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]

@@ -14,16 +14,19 @@ def pick_device(name: str) -> str:
     if name == "auto":
         return "cuda" if cuda else "mps" if mps else "cpu"
     if (name == "cuda" and not cuda) or (name == "mps" and not mps):
-        raise MinigptError(f"[train] device = {name!r} but this machine has no {name}; "
-                           f"use --set train.device=auto (or cpu)")
+        raise MinigptError(
+            f"[train] device = {name!r} but this machine has no {name}; use --set train.device=auto (or cpu)"
+        )
     return name
 
 
 def check_dtype(device: str, dtype: str) -> None:
     """Refuse a dtype the device cannot hold (Apple's MPS has no float64)."""
     if device == "mps" and dtype == "float64":
-        raise MinigptError("[model] dtype = \"float64\" cannot run on device = \"mps\" (MPS has no float64); "
-                           "use --set train.device=cpu for exact float64 runs, or dtype = \"float32\"")
+        raise MinigptError(
+            '[model] dtype = "float64" cannot run on device = "mps" (MPS has no float64); '
+            'use --set train.device=cpu for exact float64 runs, or dtype = "float32"'
+        )
 
 
 def available_memory(device: str) -> int | None:
@@ -50,6 +53,7 @@ def use_threads(threads: int) -> None:
 
 # ---------------------------------------------------------------- precision
 
+
 def native_bfloat16(device: str) -> bool:
     """Whether bfloat16 matmuls run natively here: CUDA's own answer, or on the CPU the AVX-512 BF16
     or AMX instructions (without them torch emulates bf16, slower than float32)."""
@@ -75,8 +79,10 @@ def pick_precision(name: str, device: str, dtype: str) -> str:
     way; only the matmuls of the forward and backward pass run in bfloat16."""
     if dtype != "float32":
         if name == "bfloat16":
-            raise MinigptError(f"[train] precision = \"bfloat16\" needs [model] dtype = \"float32\" (it is "
-                               f"{dtype!r}); use precision = \"auto\" or \"float32\"")
+            raise MinigptError(
+                f'[train] precision = "bfloat16" needs [model] dtype = "float32" (it is '
+                f'{dtype!r}); use precision = "auto" or "float32"'
+            )
         return dtype
     if name == "auto":
         return "bfloat16" if native_bfloat16(device) else "float32"
@@ -93,6 +99,7 @@ def autocast(device: str, precision: str):
 
 
 # ---------------------------------------------------------------- memory
+
 
 def keep_freed_memory() -> bool:
     """Ask glibc's allocator to serve large blocks from its heap and keep what is freed, instead of

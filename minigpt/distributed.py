@@ -20,8 +20,9 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -87,8 +88,11 @@ def agree(world: World, work: Callable[[], T]) -> T:
         failure = exc
     told = [None] * world.size
     said = str(failure) if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
-    dist.all_gather_object(told, None if failure is None else
-                           (said, isinstance(failure, MinigptError), socket.gethostname()), group=_patient)
+    dist.all_gather_object(
+        told,
+        None if failure is None else (said, isinstance(failure, MinigptError), socket.gethostname()),
+        group=_patient,
+    )
     failed = [(rank, report) for rank, report in enumerate(told) if report is not None]
     if not failed:
         return result
@@ -99,8 +103,9 @@ def agree(world: World, work: Callable[[], T]) -> T:
         if rank == 0:
             raise failure
         if not refused:
-            raise MinigptError(f"rank {rank} (on {host}) stopped with an internal error ({message}); its own "
-                               f"output has the details")
+            raise MinigptError(
+                f"rank {rank} (on {host}) stopped with an internal error ({message}); its own output has the details"
+            )
         raise MinigptError(f"rank {rank} (on {host}): {message}")
     raise RefusedElsewhere(message)
 
@@ -112,7 +117,8 @@ def lost_contact(world: World, error: BaseException) -> bool:
         return False
     message = str(error)
     return isinstance(error, getattr(dist, "DistError", ())) or any(
-        words in message for words in ("Connection reset by peer", "Connection closed by peer", "Broken pipe"))
+        words in message for words in ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+    )
 
 
 def share(world: World, value):

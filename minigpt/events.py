@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StepDone:
-    step: int            # optimizer steps taken so far (1 after the first)
-    total: int           # the run's [train] steps
-    loss: float          # mean training loss of this step's micro-batches, nats/token
-    lr: float            # the learning rate this step used
+    step: int  # optimizer steps taken so far (1 after the first)
+    total: int  # the run's [train] steps
+    loss: float  # mean training loss of this step's micro-batches, nats/token
+    lr: float  # the learning rate this step used
     tokens_per_s: float  # since this process started training
     elapsed_s: float
 
@@ -26,20 +26,21 @@ class StepDone:
 @dataclass(frozen=True)
 class EvalDone:
     step: int
-    val_loss: float      # nats/token on the fixed validation windows
-    val_bpb: float       # bits per byte of validation text
+    val_loss: float  # nats/token on the fixed validation windows
+    val_bpb: float  # bits per byte of validation text
 
 
 @dataclass(frozen=True)
 class CheckpointDue:
     step: int
-    reason: str          # "start", "interval", "end" or "stop"
+    reason: str  # "start", "interval", "end" or "stop"
 
 
 @dataclass(frozen=True)
 class Diverged:
     """A step whose loss or gradient norm is not finite: it was not applied, and training stops."""
-    step: int            # the step that was attempted (optimizer steps taken so far + 1)
+
+    step: int  # the step that was attempted (optimizer steps taken so far + 1)
     loss: float
     grad_norm: float
 

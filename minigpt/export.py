@@ -63,6 +63,7 @@ def gpt2_refusal(model: MiniGPT) -> str | None:
 
 def gpt2_state(model: MiniGPT) -> dict[str, torch.Tensor]:
     """minigpt's parameters under GPT-2's names and layouts."""
+
     def t(x: torch.Tensor) -> torch.Tensor:
         return x.detach().float().contiguous().clone()
 
@@ -72,18 +73,30 @@ def gpt2_state(model: MiniGPT) -> dict[str, torch.Tensor]:
     def norm_bias(norm) -> torch.Tensor:
         return t(norm.bias) if norm.bias is not None else torch.zeros_like(t(norm.weight))
 
-    state = {"transformer.wte.weight": t(model.token_table.weight), "transformer.wpe.weight": t(model.position_table.weight),
-             "transformer.ln_f.weight": t(model.final_norm.weight), "transformer.ln_f.bias": norm_bias(model.final_norm)}
+    state = {
+        "transformer.wte.weight": t(model.token_table.weight),
+        "transformer.wpe.weight": t(model.position_table.weight),
+        "transformer.ln_f.weight": t(model.final_norm.weight),
+        "transformer.ln_f.bias": norm_bias(model.final_norm),
+    }
     for i, block in enumerate(model.blocks):
         p = f"transformer.h.{i}."
-        state.update({
-            p + "ln_1.weight": t(block.norm1.weight), p + "ln_1.bias": norm_bias(block.norm1),
-            p + "attn.c_attn.weight": t(block.attention.qkv.weight.T), p + "attn.c_attn.bias": bias(block.attention.qkv),
-            p + "attn.c_proj.weight": t(block.attention.out.weight.T), p + "attn.c_proj.bias": bias(block.attention.out),
-            p + "ln_2.weight": t(block.norm2.weight), p + "ln_2.bias": norm_bias(block.norm2),
-            p + "mlp.c_fc.weight": t(block.ffn.W1.weight.T), p + "mlp.c_fc.bias": bias(block.ffn.W1),
-            p + "mlp.c_proj.weight": t(block.ffn.W2.weight.T), p + "mlp.c_proj.bias": bias(block.ffn.W2),
-        })
+        state.update(
+            {
+                p + "ln_1.weight": t(block.norm1.weight),
+                p + "ln_1.bias": norm_bias(block.norm1),
+                p + "attn.c_attn.weight": t(block.attention.qkv.weight.T),
+                p + "attn.c_attn.bias": bias(block.attention.qkv),
+                p + "attn.c_proj.weight": t(block.attention.out.weight.T),
+                p + "attn.c_proj.bias": bias(block.attention.out),
+                p + "ln_2.weight": t(block.norm2.weight),
+                p + "ln_2.bias": norm_bias(block.norm2),
+                p + "mlp.c_fc.weight": t(block.ffn.W1.weight.T),
+                p + "mlp.c_fc.bias": bias(block.ffn.W1),
+                p + "mlp.c_proj.weight": t(block.ffn.W2.weight.T),
+                p + "mlp.c_proj.bias": bias(block.ffn.W2),
+            }
+        )
     if not model.cfg.tie_embeddings:
         state["lm_head.weight"] = t(model.head.weight)
     return state
@@ -97,14 +110,35 @@ def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]
     cfg = model.cfg
     out.mkdir(parents=True, exist_ok=True)
     save_file(gpt2_state(model), str(out / "model.safetensors"), metadata={"format": "pt"})
-    _write_json(out / "config.json", {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": model.vocab_size,
-        "n_positions": cfg.context, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
-        "n_inner": cfg.ffn_hidden, "activation_function": GPT2_ACTIVATIONS[cfg.activation],
-        "layer_norm_epsilon": cfg.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "tie_word_embeddings": cfg.tie_embeddings, "bos_token_id": None, "eos_token_id": None,
-        "torch_dtype": "float32"})
+    _write_json(
+        out / "config.json",
+        {
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "vocab_size": model.vocab_size,
+            "n_positions": cfg.context,
+            "n_embd": cfg.n_embd,
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_inner": cfg.ffn_hidden,
+            "activation_function": GPT2_ACTIVATIONS[cfg.activation],
+            "layer_norm_epsilon": cfg.norm_eps,
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+            "tie_word_embeddings": cfg.tie_embeddings,
+            "bos_token_id": None,
+            "eos_token_id": None,
+            "torch_dtype": "float32",
+        },
+    )
     (out / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
-    _write_json(out / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast",
-                                                 "model_max_length": cfg.context, "clean_up_tokenization_spaces": False})
+    _write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": cfg.context,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
     return [out / name for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")]

@@ -45,23 +45,28 @@ def supports(model: MiniGPT) -> bool:
     in float32 (any activation, bias or not, tied or untied head), no active dropout, and the
     forward pass this module copies."""
     cfg = model.cfg
-    return (cfg.norm == "layernorm" and cfg.norm_position == "pre"
-            and all(p.dtype == torch.float32 for p in model.parameters())
-            and not (model.training and cfg.dropout > 0)
-            and type(model).forward is _FOLDED_FORWARD and "forward" not in vars(model))
+    return (
+        cfg.norm == "layernorm"
+        and cfg.norm_position == "pre"
+        and all(p.dtype == torch.float32 for p in model.parameters())
+        and not (model.training and cfg.dropout > 0)
+        and type(model).forward is _FOLDED_FORWARD
+        and "forward" not in vars(model)
+    )
 
 
 @dataclass
 class FoldedBlock:
     """One block's matrices, transposed to [in, out] for torch.addmm; a bias is None when the
     model has none (bias = false folds to no bias: the norm has no beta either)."""
-    qkv: Tensor              # [C, 3C]: norm1's gain folded in, W_Q's columns scaled by 1/sqrt(d)
+
+    qkv: Tensor  # [C, 3C]: norm1's gain folded in, W_Q's columns scaled by 1/sqrt(d)
     qkv_bias: Tensor | None  # [3C]: b + beta W, b_Q scaled by 1/sqrt(d)
-    out: Tensor              # [C, C]: W_O
+    out: Tensor  # [C, C]: W_O
     out_bias: Tensor | None
-    w1: Tensor               # [C, F] or [C, 2F] (swiglu): norm2's gain folded in
+    w1: Tensor  # [C, F] or [C, 2F] (swiglu): norm2's gain folded in
     b1: Tensor | None
-    w2: Tensor               # [F, C]
+    w2: Tensor  # [F, C]
     b2: Tensor | None
 
 
@@ -96,8 +101,10 @@ class FoldedModel:
 
     def __init__(self, model: MiniGPT):
         if not supports(model):
-            raise ValueError("FoldedModel needs a float32 pre-norm LayerNorm MiniGPT with MiniGPT's own "
-                             "forward and no active dropout; check fastpath.supports(model) first")
+            raise ValueError(
+                "FoldedModel needs a float32 pre-norm LayerNorm MiniGPT with MiniGPT's own "
+                "forward and no active dropout; check fastpath.supports(model) first"
+            )
         cfg = model.cfg
         device = model.head.weight.device
         self.context, self.n_head, self.width = cfg.context, cfg.n_head, cfg.n_embd
@@ -108,23 +115,30 @@ class FoldedModel:
             return None if t is None else t.to(device, torch.float32).contiguous()
 
         with torch.no_grad():
-            self.token_table = narrow(_wide(model.token_table.weight))         # [V, C]
-            self.position_table = narrow(_wide(model.position_table.weight))   # [context, C]
+            self.token_table = narrow(_wide(model.token_table.weight))  # [V, C]
+            self.position_table = narrow(_wide(model.position_table.weight))  # [context, C]
             query_scale = torch.ones(3 * cfg.n_embd, dtype=torch.float64)
-            query_scale[:cfg.n_embd] = 1.0 / math.sqrt(self.head_width)      # W_Q's outputs only
+            query_scale[: cfg.n_embd] = 1.0 / math.sqrt(self.head_width)  # W_Q's outputs only
             self.blocks: list[FoldedBlock] = []
             for block in model.blocks:
                 qkv, qkv_bias = _fold_norm(block.norm1, block.attention.qkv)
                 qkv = qkv * query_scale[:, None]
                 qkv_bias = None if qkv_bias is None else qkv_bias * query_scale
                 w1, b1 = _fold_norm(block.norm2, block.ffn.W1)
-                self.blocks.append(FoldedBlock(
-                    narrow(qkv.T), narrow(qkv_bias),
-                    narrow(_wide(block.attention.out.weight).T), narrow(_wide(block.attention.out.bias)),
-                    narrow(w1.T), narrow(b1),
-                    narrow(_wide(block.ffn.W2.weight).T), narrow(_wide(block.ffn.W2.bias))))
+                self.blocks.append(
+                    FoldedBlock(
+                        narrow(qkv.T),
+                        narrow(qkv_bias),
+                        narrow(_wide(block.attention.out.weight).T),
+                        narrow(_wide(block.attention.out.bias)),
+                        narrow(w1.T),
+                        narrow(b1),
+                        narrow(_wide(block.ffn.W2.weight).T),
+                        narrow(_wide(block.ffn.W2.bias)),
+                    )
+                )
             head, head_bias = _fold_norm(model.final_norm, model.head)  # a tied head folds a copy
-            self.head, self.head_bias = narrow(head.T), narrow(head_bias)    # [C, V], [V]
+            self.head, self.head_bias = narrow(head.T), narrow(head_bias)  # [C, V], [V]
             # Added to the scores: query i may read key j iff j <= i.
             self.mask = torch.full((cfg.context, cfg.context), float("-inf"), device=device).triu(1)
 
@@ -138,7 +152,7 @@ class FoldedModel:
             for i, block in enumerate(self.blocks):
                 x = self._block(x, B, T, block, last_only=i == last)
             final = F.layer_norm(x, (self.width,), eps=self.eps)  # [B, C]: the last positions only
-            return _linear(final, self.head, self.head_bias)      # [B, V]
+            return _linear(final, self.head, self.head_bias)  # [B, V]
 
     def _block(self, x: Tensor, B: int, T: int, block: FoldedBlock, last_only: bool) -> Tensor:
         """x [B*T, C] -> [B*T, C]; with `last_only`, [B, C]: the last position of each sample."""
@@ -164,9 +178,9 @@ class FoldedModel:
         qkv = _linear(norm1, block.qkv, block.qkv_bias).view(B, T, 3 * H, d).transpose(1, 2)  # [B, 3H, T, d]
         q, k, v = (part.reshape(B * H, T, d) for part in qkv.split(H, dim=1))  # views when B = 1
         if last_only:  # the last query reads every key, so it needs no mask
-            scores = torch.bmm(q[:, -1:], k.transpose(1, 2))                    # [B*H, 1, T]
+            scores = torch.bmm(q[:, -1:], k.transpose(1, 2))  # [B*H, 1, T]
         else:
-            scores = torch.baddbmm(self.mask[:T, :T], q, k.transpose(1, 2))     # [B*H, T, T]
-        mixed = torch.bmm(scores.softmax(dim=-1), v)                            # [B*H, T or 1, d]
+            scores = torch.baddbmm(self.mask[:T, :T], q, k.transpose(1, 2))  # [B*H, T, T]
+        mixed = torch.bmm(scores.softmax(dim=-1), v)  # [B*H, T or 1, d]
         rows = mixed.shape[1]
         return mixed.view(B, H, rows, d).transpose(1, 2).reshape(B * rows, self.width)

@@ -24,8 +24,8 @@ The command that prints (commands/sample.py) and the benchmark (scripts/bench.py
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -33,9 +33,9 @@ from torch import Tensor
 from .fastpath import FoldedModel, supports
 from .model import KVCache, MiniGPT, check_context, check_token_ids
 
-
 # ----------------------------------------------------------------------------------------------
 # one step: scores -> distribution -> token
+
 
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     """Scores with every token outside the top-k, then outside the nucleus, set to -inf.
@@ -61,8 +61,7 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     return logits
 
 
-def next_token_distribution(logits: Tensor, temperature: float = 1.0, top_k: int = 0,
-                            top_p: float = 1.0) -> Tensor:
+def next_token_distribution(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     """[..., V] scores -> [..., V] probabilities: divide by the temperature, filter, softmax."""
     if temperature <= 0:
         raise ValueError(f"temperature must be greater than 0, got {temperature}")
@@ -79,22 +78,35 @@ def choose(logits: Tensor, probs: Tensor, greedy: bool, generator: torch.Generat
 # ----------------------------------------------------------------------------------------------
 # the loop
 
+
 @dataclass
 class Step:
     """One new token for every sample of the batch."""
-    index: int       # 0 for the first new token
-    tokens: Tensor   # [B] chosen ids
-    probs: Tensor    # [B] probability of each chosen id under the distribution it was chosen from
-    logits: Tensor   # [B, V] the model's raw scores that step (before temperature and filters)
+
+    index: int  # 0 for the first new token
+    tokens: Tensor  # [B] chosen ids
+    probs: Tensor  # [B] probability of each chosen id under the distribution it was chosen from
+    logits: Tensor  # [B, V] the model's raw scores that step (before temperature and filters)
 
 
 class Generation:
     """Iterate to get one `Step` per new token; once the iteration ends by itself, `stop_reason` is
     "max_new_tokens" or "context_limit" (a caller that stops early, e.g. on stop text, knows why)."""
 
-    def __init__(self, model: MiniGPT, prompt: Tensor, max_new_tokens: int, temperature: float,
-                 top_k: int, top_p: float, greedy: bool, generator: torch.Generator | None,
-                 use_cache: bool, slide: bool, fast_path: bool = True):
+    def __init__(
+        self,
+        model: MiniGPT,
+        prompt: Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        greedy: bool,
+        generator: torch.Generator | None,
+        use_cache: bool,
+        slide: bool,
+        fast_path: bool = True,
+    ):
         self.model, self.prompt = model, prompt
         self.max_new_tokens = max_new_tokens
         self.temperature, self.top_k, self.top_p, self.greedy = temperature, top_k, top_p, greedy
@@ -128,10 +140,10 @@ class Generation:
             with torch.inference_mode():
                 if cache is not None and length <= context:
                     # The window is still filling: feed only what the cache has not seen.
-                    logits = model(text[:, cache.length:length], cache=cache, last_only=True)[0][:, -1]
+                    logits = model(text[:, cache.length : length], cache=cache, last_only=True)[0][:, -1]
                 else:
                     cache = None  # past the table every position moves: recompute the last `context`
-                    logits = self._recompute(text[:, max(0, length - context):length])
+                    logits = self._recompute(text[:, max(0, length - context) : length])
                 probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
                 tokens = choose(logits, probs, self.greedy, self.generator)
                 chosen = probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
@@ -141,10 +153,21 @@ class Generation:
         self.stop_reason = "max_new_tokens"
 
 
-def generate(model: MiniGPT, prompt_ids: Sequence[int] | Tensor, max_new_tokens: int, *,
-             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
-             generator: torch.Generator | None = None, num_samples: int = 1, use_cache: bool = True,
-             slide: bool = True, fast_path: bool = True) -> Generation:
+def generate(
+    model: MiniGPT,
+    prompt_ids: Sequence[int] | Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    num_samples: int = 1,
+    use_cache: bool = True,
+    slide: bool = True,
+    fast_path: bool = True,
+) -> Generation:
     """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) for up to `max_new_tokens` tokens, as
     `num_samples` rows of one batch (a [T] prompt is repeated; a [B, T] one is taken as it is).
 
@@ -162,16 +185,31 @@ def generate(model: MiniGPT, prompt_ids: Sequence[int] | Tensor, max_new_tokens:
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be at least 0, got {max_new_tokens}")
     # Refused, never cropped: cropping silently would hide the problem.
-    check_context(prompt.shape[1], model.context, "the prompt",
-                  "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a "
-                  "larger [model] context")
+    check_context(
+        prompt.shape[1],
+        model.context,
+        "the prompt",
+        "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a larger [model] context",
+    )
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
-    return Generation(model, prompt.contiguous(), max_new_tokens, temperature, top_k, top_p, greedy,
-                      generator, use_cache, slide, fast_path)
+    return Generation(
+        model,
+        prompt.contiguous(),
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        greedy,
+        generator,
+        use_cache,
+        slide,
+        fast_path,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # text: streaming decode and stop text
+
 
 class CompletionText:
     """One sample's completion as it grows: bytes decoded as complete UTF-8 characters only, and a
@@ -181,8 +219,8 @@ class CompletionText:
     def __init__(self, tokenizer, stop: str = ""):
         self.decoder = tokenizer.stream()
         self.stop = stop
-        self.text = ""        # the completion so far (trimmed at the stop text once found)
-        self.shown = 0        # how much of `text` has been handed out for printing
+        self.text = ""  # the completion so far (trimmed at the stop text once found)
+        self.shown = 0  # how much of `text` has been handed out for printing
         self.ids: list[int] = []
         self.probs: list[float] = []
         self.stopped = False  # the stop text was found
@@ -207,8 +245,10 @@ class CompletionText:
                 self.text, self.stopped = self.text[:at], True
         held = 0
         if self.stop and not self.stopped and not final:
-            held = next((k for k in range(min(len(self.stop) - 1, len(self.text)), 0, -1)
-                         if self.text.endswith(self.stop[:k])), 0)
+            held = next(
+                (k for k in range(min(len(self.stop) - 1, len(self.text)), 0, -1) if self.text.endswith(self.stop[:k])),
+                0,
+            )
         end = len(self.text) - held
-        out, self.shown = self.text[self.shown:end], max(self.shown, end)
+        out, self.shown = self.text[self.shown : end], max(self.shown, end)
         return out

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 from torch import Tensor
@@ -63,7 +62,7 @@ class SetInput:
         return "set-input " + ",".join(f"{v:g}" for v in self.vector)
 
 
-Intervention = Union[Scale, ReplaceResidual, AblateHead, SetInput]
+Intervention = Scale | ReplaceResidual | AblateHead | SetInput
 
 
 def _block(block: int | None) -> str:
@@ -74,8 +73,9 @@ def _blocks(block: int | None, n_layer: int, what: str) -> list[int]:
     if block is None:
         return list(range(n_layer))
     if not 0 <= block < n_layer:
-        raise MinigptError(f"{what}: block {block} does not exist; the model has {n_layer} block(s), "
-                           f"0..{n_layer - 1}, or use 'all'")
+        raise MinigptError(
+            f"{what}: block {block} does not exist; the model has {n_layer} block(s), 0..{n_layer - 1}, or use 'all'"
+        )
     return [block]
 
 
@@ -85,25 +85,34 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
     for item in interventions:
         if isinstance(item, Scale):
             if item.stage not in SCALABLE:
-                raise MinigptError(f"--scale {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
-                                   f"scale one of: {', '.join(SCALABLE)}")
+                raise MinigptError(
+                    f"--scale {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
+                    f"scale one of: {', '.join(SCALABLE)}"
+                )
             if not math.isfinite(item.factor):
-                raise MinigptError(f"--scale {_block(item.block)}.{item.stage}={item.factor}: the factor must be "
-                                   f"a finite number, e.g. 0, 0.5 or 2")
+                raise MinigptError(
+                    f"--scale {_block(item.block)}.{item.stage}={item.factor}: the factor must be "
+                    f"a finite number, e.g. 0, 0.5 or 2"
+                )
         if isinstance(item, (Scale, ReplaceResidual, AblateHead)):
             _blocks(item.block, cfg.n_layer, f"--{str(item).split(' ')[0]}")
         if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
-            raise MinigptError(f"--ablate-head {_block(item.block)}.{item.head}: head {item.head} does not exist; "
-                               f"the model has {cfg.n_head} heads, 0..{cfg.n_head - 1}")
+            raise MinigptError(
+                f"--ablate-head {_block(item.block)}.{item.head}: head {item.head} does not exist; "
+                f"the model has {cfg.n_head} heads, 0..{cfg.n_head - 1}"
+            )
         if isinstance(item, SetInput) and len(item.vector) != cfg.n_embd:
-            raise MinigptError(f"--set-input has {len(item.vector)} numbers but the model's width is {cfg.n_embd}; "
-                               f"give exactly {cfg.n_embd} comma-separated numbers")
+            raise MinigptError(
+                f"--set-input has {len(item.vector)} numbers but the model's width is {cfg.n_embd}; "
+                f"give exactly {cfg.n_embd} comma-separated numbers"
+            )
         if isinstance(item, SetInput) and not all(math.isfinite(v) for v in item.vector):
             raise MinigptError("--set-input: every number must be finite")
 
 
-def replacements(interventions: list[Intervention], model: MiniGPT, position: int,
-                 only_at_position: bool = False) -> dict[str, Replacement]:
+def replacements(
+    interventions: list[Intervention], model: MiniGPT, position: int, only_at_position: bool = False
+) -> dict[str, Replacement]:
     """The Recorder replacements that carry out `interventions` (checked first)."""
     check(interventions, model)
     cfg = model.cfg
@@ -133,17 +142,20 @@ def _chain(changes: list[Replacement]) -> Replacement:
         for change in changes:
             value = change(value, stages)
         return value
+
     return apply
 
 
 def _at(position: int, time_axis: int, change: Replacement) -> Replacement:
     """`change` at one position only; every other position keeps the value the pass computed."""
+
     def apply(value: Tensor, stages: dict[str, Tensor]) -> Tensor:
         changed = change(value, stages)
         keep = torch.arange(value.shape[time_axis], device=value.device) == position
         shape = [1] * value.dim()
         shape[time_axis] = value.shape[time_axis]
         return torch.where(keep.view(shape), changed, value)
+
     return apply
 
 
@@ -152,6 +164,7 @@ def _set_row(position: int, vector: tuple[float, ...]) -> Replacement:
         value = value.clone()
         value[:, position] = torch.tensor(vector, dtype=value.dtype, device=value.device)
         return value
+
     return apply
 
 
@@ -160,4 +173,5 @@ def _zero_head(head: int) -> Replacement:
         value = value.clone()
         value[:, head] = 0
         return value
+
     return apply

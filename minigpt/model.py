@@ -19,7 +19,7 @@ ids, corpus: `check_token_ids`), and the only check inside is the context length
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,8 @@ def check_context(length: int, context: int, what: str = "the sequence", advice:
         raise ContextTooLongError(
             f"{what} has {length} tokens but the position table has {context} rows ([model] context = {context}); "
             f"the model has no row for position {context} and will not invent one, so use at most {context} tokens"
-            + (f": {advice}" if advice else ""))
+            + (f": {advice}" if advice else "")
+        )
 
 
 class TokenOutOfRangeError(MinigptError):
@@ -64,8 +65,10 @@ def check_token_ids(ids, vocab_size: int) -> None:
     low, high = (int(ids.min()), int(ids.max())) if hasattr(ids, "min") else (min(ids), max(ids))
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
-        raise TokenOutOfRangeError(f"token id {bad} is not in the vocabulary: this model has {vocab_size} "
-                                   f"tokens, ids 0..{vocab_size - 1}; use ids the tokenizer produced")
+        raise TokenOutOfRangeError(
+            f"token id {bad} is not in the vocabulary: this model has {vocab_size} "
+            f"tokens, ids 0..{vocab_size - 1}; use ids the tokenizer produced"
+        )
 
 
 class ResidualShapeError(ValueError):
@@ -84,8 +87,12 @@ class Recorder:
     an intervention runs through the model's own forward pass. `blocks.{i}.heads` ([B, H, T, d],
     each head's mixed values before W_O) can be replaced but is not recorded."""
 
-    def __init__(self, prefix: str = "", stages: dict[str, Tensor] | None = None,
-                 replacements: dict[str, Replacement] | None = None):
+    def __init__(
+        self,
+        prefix: str = "",
+        stages: dict[str, Tensor] | None = None,
+        replacements: dict[str, Replacement] | None = None,
+    ):
         self.prefix = prefix
         self.stages: dict[str, Tensor] = {} if stages is None else stages
         self.replacements: dict[str, Replacement] = {} if replacements is None else replacements
@@ -102,7 +109,7 @@ class Recorder:
         self.stages[self.prefix + name] = value.detach()
         return value
 
-    def scoped(self, prefix: str) -> "Recorder":
+    def scoped(self, prefix: str) -> Recorder:
         """A view that writes into the same dict under `prefix.`, with the same replacements."""
         return Recorder(self.prefix + prefix + ".", self.stages, self.replacements)
 
@@ -112,14 +119,16 @@ class Recorder:
     def block(self, index: int) -> dict[str, Tensor]:
         """The stages of block `index`, keyed by their bare names (`norm1`, ...)."""
         head = f"blocks.{index}."
-        return {k[len(head):]: v for k, v in self.stages.items() if k.startswith(head)}
+        return {k[len(head) :]: v for k, v in self.stages.items() if k.startswith(head)}
 
 
 def residual(stream: Tensor, update: Tensor) -> Tensor:
     """stream + update, refusing any broadcast: one update per example and position (chapter 17.2)."""
     if stream.shape != update.shape:
-        raise ResidualShapeError(f"residual add needs equal shapes, got {list(stream.shape)} + "
-                                 f"{list(update.shape)}; broadcasting would reuse one update for many rows")
+        raise ResidualShapeError(
+            f"residual add needs equal shapes, got {list(stream.shape)} + "
+            f"{list(update.shape)}; broadcasting would reuse one update for many rows"
+        )
     return stream + update
 
 
@@ -172,8 +181,8 @@ class LayerCache:
             self.keys = k.new_empty(shape)
             self.values = v.new_empty(shape)
         end = self.length + k.shape[2]
-        self.keys[:, :, self.length:end] = k
-        self.values[:, :, self.length:end] = v
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
 
@@ -201,14 +210,14 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # W_O
         self.dropout = cfg.dropout
 
-    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None,
-                last_only: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+    ) -> Tensor:
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
         which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
         # qkv: [B, T, 3C]; split into heads: [B, T, C] -> [B, H, T, d], head h reads coordinates h*d .. (h+1)*d - 1
-        q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2)
-                   for t in self.qkv(x).split(C, dim=2))
+        q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         past = 0
         if cache is not None:
             past = cache.length
@@ -229,8 +238,9 @@ class CausalSelfAttention(nn.Module):
             scores = q @ k.transpose(-2, -1)  # [B, H, T, S]
             if scores.dtype in (torch.bfloat16, torch.float16):
                 scores = scores.float()  # scale, mask and softmax in float32: only the matmuls are lowered
-            scores = (scores / math.sqrt(self.head_width)).masked_fill(~_causal_mask(T, S, past, x.device),
-                                                                        float("-inf"))
+            scores = (scores / math.sqrt(self.head_width)).masked_fill(
+                ~_causal_mask(T, S, past, x.device), float("-inf")
+            )
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
             if recorder is not None:
                 recorder.record("attention_weights", weights)
@@ -293,8 +303,9 @@ class Block(nn.Module):
         self.norm2 = make_norm(cfg)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None,
-                last_only: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+    ) -> Tensor:
         """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
         recorded order is the computation order, which PRE_NORM_STAGES / POST_NORM_STAGES name.
         `last_only` (sampling's last block): every row feeds the keys and values, but only the last
@@ -302,21 +313,21 @@ class Block(nn.Module):
         tap = recorder.record if recorder is not None else _untapped
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
         if self.pre_norm:  # chapter 17.5
-            norm1 = tap("norm1", self.norm1(x))                                   # [B, T, C]
+            norm1 = tap("norm1", self.norm1(x))  # [B, T, C]
             attention = tap("attention", self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
-            residual1 = tap("residual1", residual(stream, attention))             # [B, T, C]
-            norm2 = tap("norm2", self.norm2(residual1))                           # [B, T, C]
-            hidden = tap("hidden", self.ffn.hidden(norm2))                        # [B, T, F]
-            ffn = tap("ffn", self.ffn.project(hidden))                            # [B, T, C]
-            return tap("output", residual(residual1, ffn))                        # [B, T, C]
+            residual1 = tap("residual1", residual(stream, attention))  # [B, T, C]
+            norm2 = tap("norm2", self.norm2(residual1))  # [B, T, C]
+            hidden = tap("hidden", self.ffn.hidden(norm2))  # [B, T, F]
+            ffn = tap("ffn", self.ffn.project(hidden))  # [B, T, C]
+            return tap("output", residual(residual1, ffn))  # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
         attention = tap("attention", self.attention(x, recorder, cache, last_only))  # [B, T, C]
-        residual1 = tap("residual1", residual(stream, attention))                 # [B, T, C]
-        norm1 = tap("norm1", self.norm1(residual1))                               # [B, T, C]
-        hidden = tap("hidden", self.ffn.hidden(norm1))                            # [B, T, F]
-        ffn = tap("ffn", self.ffn.project(hidden))                                # [B, T, C]
-        residual2 = tap("residual2", residual(norm1, ffn))                        # [B, T, C]
-        norm2 = tap("norm2", self.norm2(residual2))                               # [B, T, C]
+        residual1 = tap("residual1", residual(stream, attention))  # [B, T, C]
+        norm1 = tap("norm1", self.norm1(residual1))  # [B, T, C]
+        hidden = tap("hidden", self.ffn.hidden(norm1))  # [B, T, F]
+        ffn = tap("ffn", self.ffn.project(hidden))  # [B, T, C]
+        residual2 = tap("residual2", residual(norm1, ffn))  # [B, T, C]
+        norm2 = tap("norm2", self.norm2(residual2))  # [B, T, C]
         return tap("output", norm2)  # post-norm's output is LN2's: the same values as norm2
 
 
@@ -328,8 +339,8 @@ class MiniGPT(nn.Module):
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.context = cfg.context
-        self.token_table = nn.Embedding(vocab_size, cfg.n_embd)         # E: [V, C]
-        self.position_table = nn.Embedding(cfg.context, cfg.n_embd)     # P: [context, C]
+        self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
+        self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.final_norm = make_norm(cfg)
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
@@ -354,8 +365,14 @@ class MiniGPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, ids: Tensor, targets: Tensor | None = None, recorder: Recorder | None = None,
-                cache: KVCache | None = None, last_only: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        ids: Tensor,
+        targets: Tensor | None = None,
+        recorder: Recorder | None = None,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
         """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given.
         `last_only` computes the last block past its attention, the final norm and the head for the
         last position alone ([B, 1, V]): all that sampling reads (every block's keys and values are
@@ -372,12 +389,18 @@ class MiniGPT(nn.Module):
         x = tap("input", F.dropout(x, self.cfg.dropout, self.training))
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(x, recorder.scoped(f"blocks.{i}") if recorder is not None else None,
-                      cache.layers[i] if cache is not None else None, last_only and i == last)
-        final = tap("final_norm", self.final_norm(x))                               # [B, T or 1, C]
-        logits = tap("logits", self.head(final))                                   # [B, T or 1, V]
+            x = block(
+                x,
+                recorder.scoped(f"blocks.{i}") if recorder is not None else None,
+                cache.layers[i] if cache is not None else None,
+                last_only and i == last,
+            )
+        final = tap("final_norm", self.final_norm(x))  # [B, T or 1, C]
+        logits = tap("logits", self.head(final))  # [B, T or 1, V]
         loss = None
         if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(torch.promote_types(logits.dtype, torch.float32)),
-                                   targets.reshape(-1))
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).to(torch.promote_types(logits.dtype, torch.float32)),
+                targets.reshape(-1),
+            )
         return logits, loss

@@ -17,6 +17,7 @@ EXTRA = 'pip install -e ".[plot]"  (or: pip install matplotlib)'
 def _pyplot():
     try:
         import matplotlib
+
         matplotlib.use("Agg")  # files only: no window, no display needed
         import matplotlib.pyplot as plt
     except ImportError:
@@ -33,8 +34,10 @@ def curves_figure(runs: dict[str, dict[str, list[dict[str, Any]]]], x: str = "st
     for name, data in runs.items():
         evals_at = {r["step"]: r.get("elapsed_s") for r in data["train"]}
 
-        def xs(records):
-            return [r["step"] if x == "step" else evals_at.get(r["step"], r.get("elapsed_s", math.nan)) for r in records]
+        def xs(records, evals_at=evals_at):
+            return [
+                r["step"] if x == "step" else evals_at.get(r["step"], r.get("elapsed_s", math.nan)) for r in records
+            ]
 
         axes[0].plot(xs(data["train"]), [r["loss"] for r in data["train"]], label=name, linewidth=1)
         axes[1].plot(xs(data["eval"]), [r["val_loss"] for r in data["eval"]], marker="o", label=name)
@@ -80,8 +83,9 @@ def attention_figure(trace: Trace):
 
     blocks = trace.blocks
     heads = len(blocks[0].full_attention)
-    figure, axes = plt.subplots(len(blocks), heads, figsize=(2.6 * heads + 1, 2.5 * len(blocks) + 0.6),
-                                squeeze=False, constrained_layout=True)
+    figure, axes = plt.subplots(
+        len(blocks), heads, figsize=(2.6 * heads + 1, 2.5 * len(blocks) + 0.6), squeeze=False, constrained_layout=True
+    )
     labels = [repr(t)[1:-1][:8] for t in trace.tokens]
     for b, block in enumerate(blocks):
         for h in range(heads):
@@ -107,4 +111,5 @@ def save_png(figure, path: Path) -> None:
         raise MinigptError(f"{path} cannot be written ({exc.strerror or exc}); choose another file") from None
     finally:
         import matplotlib.pyplot as plt
+
         plt.close(figure)

@@ -47,6 +47,7 @@ FORMAT_VERSION = 1
 
 # ---------------------------------------------------------------- checkpoints
 
+
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     # Serialised in memory first: torch.save reports a full disk as a RuntimeError about positions
     # in its archive, while a plain write says OSError "No space left on device".
@@ -65,8 +66,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError):
         # torch's own message suggests weights_only=False, which would let the file run code: not shown.
-        raise MinigptError(f"checkpoint {path} could not be loaded as plain tensors and values; it is "
-                           f"damaged, truncated or not a minigpt checkpoint: retrain, or restore it") from None
+        raise MinigptError(
+            f"checkpoint {path} could not be loaded as plain tensors and values; it is "
+            f"damaged, truncated or not a minigpt checkpoint: retrain, or restore it"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
         raise MinigptError(f"checkpoint {path} is not a minigpt checkpoint of format {FORMAT_VERSION}")
     return payload
@@ -74,22 +77,41 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def model_payload(cfg: Config, model: MiniGPT) -> dict[str, Any]:
     """What any checkpoint holds; training adds optimizer, step, RNG states and hashes."""
-    return {"format": FORMAT_VERSION, "model": model.state_dict(), "model_config": asdict(cfg.model),
-            "vocab_size": model.vocab_size}
+    return {
+        "format": FORMAT_VERSION,
+        "model": model.state_dict(),
+        "model_config": asdict(cfg.model),
+        "vocab_size": model.vocab_size,
+    }
 
 
 # ---------------------------------------------------------------- identity
 
 # Keys that do not change what a run computes; a resume may differ in them.
 # `data` is the path only: the corpus itself is identified by its sha256, so a moved file resumes.
-_NOT_IDENTITY = {("train", k) for k in ("data", "out", "device", "threads", "log_interval", "eval_interval",
-                                         "checkpoint_interval", "sample_every", "sample_prompt", "sample_tokens")}
+_NOT_IDENTITY = {
+    ("train", k)
+    for k in (
+        "data",
+        "out",
+        "device",
+        "threads",
+        "log_interval",
+        "eval_interval",
+        "checkpoint_interval",
+        "sample_every",
+        "sample_prompt",
+        "sample_tokens",
+    )
+}
 
 
 def config_sections(cfg: Config, leaving_out: set[tuple[str, str]]) -> dict[str, dict[str, Any]]:
     """[model], [tokenizer] and [train] as plain values, without the (section, key) pairs named."""
-    return {section: {k: v for k, v in asdict(getattr(cfg, section)).items() if (section, k) not in leaving_out}
-            for section in ("model", "tokenizer", "train")}
+    return {
+        section: {k: v for k, v in asdict(getattr(cfg, section)).items() if (section, k) not in leaving_out}
+        for section in ("model", "tokenizer", "train")
+    }
 
 
 def sections_differences(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[str]:
@@ -110,14 +132,22 @@ def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> 
     """Refuse a checkpoint whose [model] section disagrees with the config, listing the keys."""
     differences = model_section_differences(asdict(cfg.model), payload["model_config"])
     if differences:
-        raise MinigptError(f"checkpoint in {run_dir} was trained with another [model] section than "
-                           f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
-                           f"use the config it was trained with (it is saved as -c {run_dir / CONFIG_FILE}), "
-                           f"or pass --run {run_dir} alone, which reads it")
+        raise MinigptError(
+            f"checkpoint in {run_dir} was trained with another [model] section than "
+            f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
+            f"use the config it was trained with (it is saved as -c {run_dir / CONFIG_FILE}), "
+            f"or pass --run {run_dir} alone, which reads it"
+        )
 
 
-def check_resume(payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer, corpus_sha256: str,
-                 corpus_path: Path, processes: int = 1) -> None:
+def check_resume(
+    payload: dict[str, Any],
+    cfg: Config,
+    tokenizer: TextTokenizer,
+    corpus_sha256: str,
+    corpus_path: Path,
+    processes: int = 1,
+) -> None:
     """A resume must compute what the interrupted run would have: same config, tokenizer and text.
     `cfg` holds the global batch (batch_size x `processes`, the run's identity under torchrun)."""
     stored = payload["identity"]
@@ -128,27 +158,43 @@ def check_resume(payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer,
         batch, was = now["train"]["batch_size"], stored.get("train", {}).get("batch_size")
         if was is not None and batch != was:  # the global batch: any number of processes that divides it
             if processes > 1:
-                diffs = [f"[train] batch_size x {processes} processes: {batch} != {was}" if d.startswith(
-                    "[train] batch_size:") else d for d in diffs]
-            per_process = (f"--set train.batch_size={was // processes}" if was % processes == 0 else
-                           f"a number of processes that divides {was}")
+                diffs = [
+                    f"[train] batch_size x {processes} processes: {batch} != {was}"
+                    if d.startswith("[train] batch_size:")
+                    else d
+                    for d in diffs
+                ]
+            per_process = (
+                f"--set train.batch_size={was // processes}"
+                if was % processes == 0
+                else f"a number of processes that divides {was}"
+            )
             advice += f" (the checkpoint's global batch is {was}: use {per_process})"
         if [d for d in diffs if not d.startswith("[train] steps:")] == []:
-            advice = ("a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
-                      "run cannot be lengthened or shortened; train a new run with the --steps you want (--force or "
-                      "another --out), or resume with the run's own")
-        raise MinigptError(f"--resume refused: the config differs from the checkpoint's "
-                           f"({'; '.join(diffs)} (now != checkpoint)); {advice}")
+            advice = (
+                "a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
+                "run cannot be lengthened or shortened; train a new run with the --steps you want (--force or "
+                "another --out), or resume with the run's own"
+            )
+        raise MinigptError(
+            f"--resume refused: the config differs from the checkpoint's "
+            f"({'; '.join(diffs)} (now != checkpoint)); {advice}"
+        )
     if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
-        raise MinigptError("--resume refused: the tokenizer differs from the one the checkpoint was trained "
-                           "with (tokenizer.json hash changed); start a new run with --force or another --out")
+        raise MinigptError(
+            "--resume refused: the tokenizer differs from the one the checkpoint was trained "
+            "with (tokenizer.json hash changed); start a new run with --force or another --out"
+        )
     if corpus_sha256 != payload["hashes"]["corpus"]:
-        raise MinigptError(f"--resume refused: the corpus {corpus_path} differs from the one the checkpoint was "
-                           f"trained on (sha256 {corpus_sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
-                           f"resume with the original text")
+        raise MinigptError(
+            f"--resume refused: the corpus {corpus_path} differs from the one the checkpoint was "
+            f"trained on (sha256 {corpus_sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
+            f"resume with the original text"
+        )
 
 
 # ---------------------------------------------------------------- creating a run folder
+
 
 def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
     """Refuse to overwrite or to resume nothing, and prove the folder can be written, before any
@@ -156,7 +202,9 @@ def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
     try:
         _check_run_dir(run_dir, resume, force)
     except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
-        raise MinigptError(f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out") from None
+        raise MinigptError(
+            f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out"
+        ) from None
 
 
 # What `create` writes before the first checkpoint: a folder holding only these (and temporary
@@ -165,13 +213,16 @@ UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE}
 
 
 def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
-    has_run = run_dir.is_dir() and any(p.name not in UNFINISHED_RUN
-                                       for p in set(run_dir.iterdir()) - set(_temporaries(run_dir)))
+    has_run = run_dir.is_dir() and any(
+        p.name not in UNFINISHED_RUN for p in set(run_dir.iterdir()) - set(_temporaries(run_dir))
+    )
     if resume and not (run_dir / CHECKPOINT_FILE).is_file():
         raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
     if has_run and not resume and not force:
-        raise MinigptError(f"run folder {run_dir} already holds a run; pass --resume to continue it, "
-                           f"--force to replace it, or --out to choose another folder")
+        raise MinigptError(
+            f"run folder {run_dir} already holds a run; pass --resume to continue it, "
+            f"--force to replace it, or --out to choose another folder"
+        )
     if run_dir.exists() and not run_dir.is_dir():
         raise MinigptError(f"run folder {run_dir} is a file; choose another --out")
     probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
@@ -205,8 +256,9 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, fi
     except OSError as exc:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
-        raise MinigptError(f"run folder {run_dir} cannot be written ({exc.strerror or exc}); "
-                           f"make room there or choose another --out") from None
+        raise MinigptError(
+            f"run folder {run_dir} cannot be written ({exc.strerror or exc}); make room there or choose another --out"
+        ) from None
 
 
 def _temporaries(run_dir: Path) -> list[Path]:
@@ -235,6 +287,7 @@ def write_model_run(run_dir: Path, cfg: Config, model: MiniGPT, tokenizer: TextT
 
 # ---------------------------------------------------------------- one writer at a time
 
+
 class RunLock:
     """An exclusive lock on a run folder for as long as one `train` writes it: `fcntl.flock` on a
     small file beside the folder (`.NAME.lock` in its parent, so it exists before the folder does
@@ -247,7 +300,7 @@ class RunLock:
         self.path = self.run_dir.parent / f".{self.run_dir.name}.lock"
         self.fd: int | None = None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         try:
             import fcntl
         except ImportError:  # not a POSIX system: no lock, as before
@@ -256,15 +309,18 @@ class RunLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
-                raise MinigptError(f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); "
-                                   f"choose another --out") from None
+                raise MinigptError(
+                    f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); choose another --out"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
-                raise MinigptError(f"run folder {self.run_dir} is being written by another minigpt train "
-                                   f"(pid {holder}); wait for it to finish or stop it, or choose another --out") from None
+                raise MinigptError(
+                    f"run folder {self.run_dir} is being written by another minigpt train "
+                    f"(pid {holder}); wait for it to finish or stop it, or choose another --out"
+                ) from None
             # The holder before us removes the file as it lets go; a lock on a removed file locks nothing.
             try:
                 same = os.path.samestat(os.fstat(fd), os.stat(self.path))
@@ -292,6 +348,7 @@ class RunLock:
 
 # ---------------------------------------------------------------- the metrics log
 
+
 class MetricsLog(Listener):
     """metrics.jsonl: one JSON object per logged step and per evaluation, flushed as written, so a
     crash loses at most a line. On resume, records after the checkpoint's step are dropped: the
@@ -310,8 +367,15 @@ class MetricsLog(Listener):
 
     def on_step(self, event: StepDone) -> None:
         if event.step % self.log_interval == 0 or event.step == event.total:
-            self.write({"step": event.step, "loss": event.loss, "lr": event.lr,
-                        "tokens_per_s": round(event.tokens_per_s, 1), "elapsed_s": round(event.elapsed_s, 3)})
+            self.write(
+                {
+                    "step": event.step,
+                    "loss": event.loss,
+                    "lr": event.lr,
+                    "tokens_per_s": round(event.tokens_per_s, 1),
+                    "elapsed_s": round(event.elapsed_s, 3),
+                }
+            )
 
     def on_eval(self, event: EvalDone) -> None:
         self.write({"step": event.step, "eval": True, "val_loss": event.val_loss, "val_bpb": event.val_bpb})
@@ -347,6 +411,7 @@ class BestKeeper(Listener):
 
 # ---------------------------------------------------------------- reading a run
 
+
 def metrics_records(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl. A last line cut short (the process was killed while writing
     it) is left out: the resumed run logs that step again. Any other line that is not a JSON
@@ -361,8 +426,10 @@ def metrics_records(path: Path) -> list[dict[str, Any]]:
         if not isinstance(record, dict):
             if number == len(lines):
                 break
-            raise MinigptError(f"{path} line {number} is not a JSON object; the run folder is damaged: remove "
-                               f"that line (or the file) and try again")
+            raise MinigptError(
+                f"{path} line {number} is not a JSON object; the run folder is damaged: remove "
+                f"that line (or the file) and try again"
+            )
         records.append(record)
     return records
 
@@ -373,13 +440,15 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     if not path.is_file():
         raise MinigptError(f"{run_dir} has no metrics.jsonl; plot reads run folders written by `minigpt train`")
     records = metrics_records(path)
-    return {"train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],
-            "eval": [r for r in records if r.get("eval")]}
+    return {
+        "train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],
+        "eval": [r for r in records if r.get("eval")],
+    }
 
 
-
-def reading_config(config: Path | None, run_dir: Path | None, overrides: list[str],
-                   flags: dict[str, tuple[str, Any]] | None = None) -> tuple[Config, Path]:
+def reading_config(
+    config: Path | None, run_dir: Path | None, overrides: list[str], flags: dict[str, tuple[str, Any]] | None = None
+) -> tuple[Config, Path]:
     """The config and run folder of a command that reads a run (sample, trace, ...).
 
     `--run DIR` alone: DIR/config.toml, the resolved config the run saved. `-c FILE` alone: that
@@ -389,40 +458,49 @@ def reading_config(config: Path | None, run_dir: Path | None, overrides: list[st
     if run_dir is not None and config is None:
         run_dir = Path(run_dir).resolve()
         if not run_dir.is_dir():
-            raise MinigptError(f"--run {run_dir}: no such run folder; train one first with "
-                               f"`minigpt train --out {run_dir}`")
+            raise MinigptError(
+                f"--run {run_dir}: no such run folder; train one first with `minigpt train --out {run_dir}`"
+            )
         saved = run_dir / CONFIG_FILE
         if not saved.is_file():
-            raise MinigptError(f"--run {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
-                               f"pass the config it was trained with as -c FILE")
+            raise MinigptError(
+                f"--run {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
+                f"pass the config it was trained with as -c FILE"
+            )
         return load_config(saved, overrides, flags), run_dir
     cfg = load_config(config, overrides, flags)
     return cfg, Path(run_dir) if run_dir is not None else cfg.run_dir
 
 
-def load_model(cfg: Config, run_dir: Path | None = None, device: str = "cpu",
-               checkpoint: str = "last") -> tuple[MiniGPT, TextTokenizer]:
+def load_model(
+    cfg: Config, run_dir: Path | None = None, device: str = "cpu", checkpoint: str = "last"
+) -> tuple[MiniGPT, TextTokenizer]:
     """The trained model (eval mode) and tokenizer of a run folder, from its last checkpoint or
     its best one. The model is built from the [model] section the checkpoint stores; a config
     whose [model] disagrees is refused."""
     run_dir = Path(run_dir) if run_dir is not None else cfg.run_dir
     if not run_dir.is_dir():
-        raise MinigptError(f"no run folder at {run_dir}; train one first with `minigpt train` "
-                           f"(same config), or pass --run DIR")
+        raise MinigptError(
+            f"no run folder at {run_dir}; train one first with `minigpt train` (same config), or pass --run DIR"
+        )
     if checkpoint not in CHECKPOINTS:
         raise MinigptError(f"--checkpoint {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
     path = run_dir / CHECKPOINTS[checkpoint]
     if checkpoint == "best" and not path.is_file():
-        raise MinigptError(f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
-                           f"use --checkpoint last, or train until an evaluation")
+        raise MinigptError(
+            f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
+            f"use --checkpoint last, or train until an evaluation"
+        )
     payload = load_checkpoint(path)
     model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
     check_dtype(device, model_config.dtype)
     check_model_matches(cfg, payload, run_dir)
     tokenizer = TextTokenizer.load(run_dir / TOKENIZER_FILE)
     if tokenizer.vocab_size != payload["vocab_size"]:
-        raise MinigptError(f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
-                           f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it")
+        raise MinigptError(
+            f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
+            f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it"
+        )
     # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
     # use imports a second of torch machinery, more than the init costs at this size.
     model = MiniGPT(model_config, payload["vocab_size"])

@@ -20,9 +20,9 @@ from .model import MiniGPT
 
 @dataclass
 class Scores:
-    ids: list[int]             # the text's token ids
-    surprisal: list[float]     # nats, for ids[1:] (one per scored token)
-    bytes: int                 # UTF-8 bytes of the text
+    ids: list[int]  # the text's token ids
+    surprisal: list[float]  # nats, for ids[1:] (one per scored token)
+    bytes: int  # UTF-8 bytes of the text
 
     @property
     def tokens(self) -> int:
@@ -66,11 +66,13 @@ def score(model: MiniGPT, ids: list[int], text_bytes: int, batch_size: int = 64)
     surprisal: list[float] = []
     try:
         for at in range(0, len(spans), batch_size):
-            group = spans[at:at + batch_size]
+            group = spans[at : at + batch_size]
             # Windows read end - 1 - start tokens; a shorter one (only ever the first) is padded on
             # the right, which no earlier position can see.
             width = max(end - 1 - start for start, _, end in group)
-            batch = torch.stack([F.pad(text[start:end - 1], (0, width - (end - 1 - start))) for start, _, end in group])
+            batch = torch.stack(
+                [F.pad(text[start : end - 1], (0, width - (end - 1 - start))) for start, _, end in group]
+            )
             logits, _ = model(batch)
             nats = -torch.log_softmax(logits.double(), dim=-1)
             for row, (start, first, end) in enumerate(group):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -23,15 +23,17 @@ from .errors import MinigptError
 KINDS = ("bpe", "char", "byte")
 
 _HEX_BYTES = "minigpt-hex-bytes"
-codecs.register_error(_HEX_BYTES, lambda err: ("".join(f"<0x{b:02X}>" for b in err.object[err.start:err.end]),
-                                               err.end))
+codecs.register_error(
+    _HEX_BYTES, lambda err: ("".join(f"<0x{b:02X}>" for b in err.object[err.start : err.end]), err.end)
+)
 
 
 def _byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from the 256 byte values to printable characters, which is the
     alphabet `pre_tokenizers.ByteLevel` writes byte-level tokens in."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -68,14 +70,16 @@ def line_chunks(text: str, size: int = CHUNK_CHARACTERS) -> Iterator[str]:
         start = end
 
 
-def train_tokenizer(kind: str, vocab_size: int, text: str,
-                    on_characters: Callable[[int], None] = lambda n: None) -> Tokenizer:
+def train_tokenizer(
+    kind: str, vocab_size: int, text: str, on_characters: Callable[[int], None] = lambda n: None
+) -> Tokenizer:
     """A new tokenizer of `kind` fitted to `text` (the training split only, never validation).
     `on_characters(n)` is told as the text is read, for a progress bar."""
     if kind == "bpe":
         tok = _byte_level(models.BPE())
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
 
         def lines() -> Iterator[list[str]]:
             for piece in line_chunks(text):
@@ -107,13 +111,12 @@ class TextTokenizer:
         self.vocab_size = tok.get_vocab_size()
         self.pieces: list[bytes] = [b""] * self.vocab_size
         for piece, i in vocab.items():
-            self.pieces[i] = (bytes(UNICODE_TO_BYTE[c] for c in piece) if self.byte_level
-                              else piece.encode("utf-8"))
+            self.pieces[i] = bytes(UNICODE_TO_BYTE[c] for c in piece) if self.byte_level else piece.encode("utf-8")
         # Characters a char tokenizer knows; None means any text can be encoded.
         self.alphabet = None if self.byte_level else set(vocab)
 
     @classmethod
-    def load(cls, path: str | Path) -> "TextTokenizer":
+    def load(cls, path: str | Path) -> TextTokenizer:
         path = Path(path)
         if not path.is_file():
             raise MinigptError(f"tokenizer file {path} does not exist; train a run first (minigpt train)")
@@ -123,7 +126,7 @@ class TextTokenizer:
             raise MinigptError(f"tokenizer file {path} could not be read ({exc}); retrain the run") from None
 
     @classmethod
-    def from_str(cls, text: str) -> "TextTokenizer":
+    def from_str(cls, text: str) -> TextTokenizer:
         """The tokenizer `to_str` wrote (as rank 0 of a data-parallel run sends it to the others)."""
         return cls(Tokenizer.from_str(text))
 
@@ -145,8 +148,10 @@ class TextTokenizer:
         unknown = self.unknown_characters("".join(lines))
         if unknown:
             shown = " ".join(repr(c) for c in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
-            raise MinigptError(f"text has {len(unknown)} character(s) the char tokenizer never saw in "
-                               f"training: {shown}; remove them or train with tokenizer.kind = \"bpe\" or \"byte\"")
+            raise MinigptError(
+                f"text has {len(unknown)} character(s) the char tokenizer never saw in "
+                f'training: {shown}; remove them or train with tokenizer.kind = "bpe" or "byte"'
+            )
         # The fast variant skips the character offsets we never read (same ids; tokenizers >= 0.20).
         encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
         return [e.ids for e in encode(lines, add_special_tokens=False)]
@@ -159,7 +164,7 @@ class TextTokenizer:
     def decode(self, ids: list[int]) -> str:
         return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
 
-    def stream(self) -> "StreamDecoder":
+    def stream(self) -> StreamDecoder:
         return StreamDecoder(self.pieces)
 
 

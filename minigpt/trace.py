@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -24,8 +25,8 @@ from .interventions import Intervention, replacements
 from .model import MiniGPT, Recorder, check_context, check_token_ids
 from .tokenizer import TextTokenizer
 
-
 # ---------------------------------------------------------------- input checks (one-line refusals)
+
 
 def prompt_ids(tokenizer: TextTokenizer, prompt: str) -> list[int]:
     if prompt == "":
@@ -46,8 +47,10 @@ def resolve_position(position: int | None, length: int) -> int:
         return length - 1
     index = position + length if position < 0 else position
     if not 0 <= index < length:
-        raise MinigptError(f"--position {position} is beyond the prompt: it has {length} token(s), positions "
-                           f"0..{length - 1} (or -{length}..-1 from the end)")
+        raise MinigptError(
+            f"--position {position} is beyond the prompt: it has {length} token(s), positions "
+            f"0..{length - 1} (or -{length}..-1 from the end)"
+        )
     return index
 
 
@@ -56,16 +59,20 @@ def resolve_blocks(block: int | None, n_layer: int) -> list[int]:
         return list(range(n_layer))
     index = block + n_layer if block < 0 else block
     if not 0 <= index < n_layer:
-        raise MinigptError(f"--block {block} does not exist: the model has {n_layer} block(s), "
-                           f"0..{n_layer - 1} (or -{n_layer}..-1 from the end)")
+        raise MinigptError(
+            f"--block {block} does not exist: the model has {n_layer} block(s), "
+            f"0..{n_layer - 1} (or -{n_layer}..-1 from the end)"
+        )
     return [index]
 
 
 # ---------------------------------------------------------------- the result, typed
 
+
 @dataclass
 class Candidate:
     """One possible next token: its text, id, probability (softmax of the logits) and logit."""
+
     token: str
     id: int
     probability: float
@@ -75,6 +82,7 @@ class Candidate:
 @dataclass
 class Row:
     """A stage's row at the traced position, and the shape of the whole array it comes from."""
+
     row: list[float]
     shape: list[int]
 
@@ -82,6 +90,7 @@ class Row:
 @dataclass
 class InputRows:
     """Block 0's input at the traced position: token row + position row = X."""
+
     token_row: list[float]
     position_row: list[float]
     row: list[float]
@@ -93,12 +102,12 @@ class InputRows:
 @dataclass
 class BlockTrace:
     index: int
-    input: Row                         # what enters the block
-    stages: dict[str, list[float]]     # stage name -> row, in the order the block computed them
-    shapes: dict[str, list[int]]       # stage name -> whole-array shape
+    input: Row  # what enters the block
+    stages: dict[str, list[float]]  # stage name -> row, in the order the block computed them
+    shapes: dict[str, list[int]]  # stage name -> whole-array shape
     attention_weights: list[list[float]]  # [head][key] over the visible keys 0..position
-    attention_shape: list[int]         # [1, H, T, T]
-    logit_lens: list[Candidate]        # this block's output through final_norm and the head
+    attention_shape: list[int]  # [1, H, T, T]
+    logit_lens: list[Candidate]  # this block's output through final_norm and the head
     full_attention: list[list[list[float]]] = field(default_factory=list, repr=False)  # [head][query][key]; not in JSON
 
 
@@ -131,6 +140,7 @@ class Trace:
 @dataclass
 class StageChange:
     """One stage at the traced position, before and after the interventions."""
+
     before: list[float]
     after: list[float]
     norm_before: float
@@ -141,6 +151,7 @@ class StageChange:
 @dataclass
 class Comparison:
     """The unmodified and the modified pass of the same prompt, stage by stage at one position."""
+
     interventions: list[str]
     before: Trace
     after: Trace
@@ -148,15 +159,20 @@ class Comparison:
     kl_divergence: float  # KL(before || after) of the two next-token distributions, in nats
 
     def as_dict(self) -> dict[str, Any]:
-        return {"interventions": self.interventions, "before": self.before.as_dict(),
-                "after": self.after.as_dict(), "kl_divergence": self.kl_divergence,
-                "stages": [{name: asdict(change) for name, change in block.items()} for block in self.stages]}
+        return {
+            "interventions": self.interventions,
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "kl_divergence": self.kl_divergence,
+            "stages": [{name: asdict(change) for name, change in block.items()} for block in self.stages],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict())
 
 
 # ---------------------------------------------------------------- the trace, from the recorder
+
 
 def _ranked(tokenizer: TextTokenizer, logits: torch.Tensor, top: int) -> list[Candidate]:
     """The `top` most likely tokens under softmax(logits); ties keep the lower id first."""
@@ -166,9 +182,16 @@ def _ranked(tokenizer: TextTokenizer, logits: torch.Tensor, top: int) -> list[Ca
     return [Candidate(tokenizer.token_text(i), i, float(probabilities[i]), float(logits[i])) for i in order]
 
 
-def trace_position(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], position: int | None = None,
-                   block: int | None = None, top: int = 5, interventions: Sequence[Intervention] = (),
-                   only_at_position: bool = False) -> Trace:
+def trace_position(
+    model: MiniGPT,
+    tokenizer: TextTokenizer,
+    ids: list[int],
+    position: int | None = None,
+    block: int | None = None,
+    top: int = 5,
+    interventions: Sequence[Intervention] = (),
+    only_at_position: bool = False,
+) -> Trace:
     """Run the model once on `ids` with a recorder and collect what happened at one position;
     `interventions` change stages of that same pass (at every position, or at the traced one only)."""
     check_ids(model, ids)
@@ -180,8 +203,7 @@ def trace_position(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], pos
     model.eval()
     try:
         with torch.inference_mode():
-            model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device),
-                  recorder=recorder)
+            model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
             blocks = [_block_entry(model, tokenizer, recorder, i, p, top) for i in shown]
     finally:
         model.train(was_training)
@@ -192,10 +214,20 @@ def trace_position(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], pos
         position=p,
         ids=list(ids),
         tokens=[tokenizer.token_text(i) for i in ids],
-        model={"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd,
-               "ffn_hidden": cfg.ffn_hidden, "context": cfg.context, "vocab_size": model.vocab_size,
-               "norm": cfg.norm, "norm_position": cfg.norm_position, "activation": cfg.activation,
-               "bias": cfg.bias, "tie_embeddings": cfg.tie_embeddings, "dtype": cfg.dtype},
+        model={
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_embd": cfg.n_embd,
+            "ffn_hidden": cfg.ffn_hidden,
+            "context": cfg.context,
+            "vocab_size": model.vocab_size,
+            "norm": cfg.norm,
+            "norm_position": cfg.norm_position,
+            "activation": cfg.activation,
+            "bias": cfg.bias,
+            "tie_embeddings": cfg.tie_embeddings,
+            "dtype": cfg.dtype,
+        },
         input=InputRows(
             token_row=model.token_table.weight[ids[p]].tolist(),
             position_row=model.position_table.weight[p].tolist(),
@@ -212,9 +244,16 @@ def trace_position(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], pos
     )
 
 
-def compare(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], interventions: Sequence[Intervention],
-            position: int | None = None, block: int | None = None, top: int = 5,
-            only_at_position: bool = False) -> Comparison:
+def compare(
+    model: MiniGPT,
+    tokenizer: TextTokenizer,
+    ids: list[int],
+    interventions: Sequence[Intervention],
+    position: int | None = None,
+    block: int | None = None,
+    top: int = 5,
+    only_at_position: bool = False,
+) -> Comparison:
     """The same prompt traced without and with `interventions`: each stage's row at the traced
     position before and after, their norms and the norm of the change, and how far the next-token
     distribution moved (KL divergence, nats)."""
@@ -225,19 +264,21 @@ def compare(model: MiniGPT, tokenizer: TextTokenizer, ids: list[int], interventi
         rows = {"input": (first.input.row, second.input.row)}
         rows.update({name: (row, second.stages[name]) for name, row in first.stages.items()})
         stages.append({name: _change(a, b) for name, (a, b) in rows.items()})
-    kl = math.fsum(0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
-                   for p, q in zip(before.probabilities, after.probabilities))
+    kl = math.fsum(
+        0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
+        for p, q in zip(before.probabilities, after.probabilities)
+    )
     return Comparison([str(item) for item in interventions], before, after, stages, kl)
 
 
 def _change(before: list[float], after: list[float]) -> StageChange:
     def norm(row: list[float]) -> float:
         return math.sqrt(math.fsum(v * v for v in row))
+
     return StageChange(before, after, norm(before), norm(after), norm([b - a for a, b in zip(before, after)]))
 
 
-def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int,
-                 top: int) -> BlockTrace:
+def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int) -> BlockTrace:
     recorded = recorder.block(i)
     weights = recorded.pop("attention_weights")  # [B, H, T, S]
     entering = recorder["input"] if i == 0 else recorder[f"blocks.{i - 1}.output"]
@@ -249,7 +290,7 @@ def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i
         # in the order the block computed them (post-norm adds residual2)
         stages={name: value[0, p].tolist() for name, value in recorded.items()},
         shapes={name: list(value.shape) for name, value in recorded.items()},
-        attention_weights=weights[0, :, p, :p + 1].tolist(),  # [head][key], the visible keys 0..p
+        attention_weights=weights[0, :, p, : p + 1].tolist(),  # [head][key], the visible keys 0..p
         attention_shape=list(weights.shape),
         logit_lens=_ranked(tokenizer, lens_logits, top),
         full_attention=weights[0].tolist(),

@@ -34,7 +34,7 @@ def number(value: float, digits: int) -> str:
 def show_token(text: str, limit: int = TOKEN_SHOWN) -> str:
     """Escaped like a Python string (a newline shows as \\n), cut to `limit` characters."""
     shown = repr(text)
-    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def row_lines(row: list[float], digits: int, room: int) -> list[str]:
@@ -70,8 +70,9 @@ def _shape(shape: list[int]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def _table(rows: list[tuple[str, list[float], list[int]]], digits: int, width: int,
-           heading: tuple[str, str, str] | None = None) -> list[str]:
+def _table(
+    rows: list[tuple[str, list[float], list[int]]], digits: int, width: int, heading: tuple[str, str, str] | None = None
+) -> list[str]:
     """`  label  row  shape` lines; a wide row continues under its own column."""
     label_w = max(len(label) for label, _, _ in rows + ([heading] if heading else []))
     shape_w = max(len(_shape(shape)) for _, _, shape in rows)
@@ -99,13 +100,25 @@ def _legend(model: dict[str, Any]) -> list[str]:
         return f"hidden = {model['activation']}({x} W1{b1})"
 
     if model["norm_position"] == "pre":
-        steps = [f"norm1 = {norm}1(input)", "attention = MHA(norm1)", "residual1 = input + attention",
-                 f"norm2 = {norm}2(residual1)", hidden("norm2"), f"ffn = hidden W2{b2}",
-                 "output = residual1 + ffn"]
+        steps = [
+            f"norm1 = {norm}1(input)",
+            "attention = MHA(norm1)",
+            "residual1 = input + attention",
+            f"norm2 = {norm}2(residual1)",
+            hidden("norm2"),
+            f"ffn = hidden W2{b2}",
+            "output = residual1 + ffn",
+        ]
     else:
-        steps = ["attention = MHA(input)", "residual1 = input + attention", f"norm1 = {norm}1(residual1)",
-                 hidden("norm1"), f"ffn = hidden W2{b2}", "residual2 = norm1 + ffn",
-                 f"norm2 = output = {norm}2(residual2)"]
+        steps = [
+            "attention = MHA(input)",
+            "residual1 = input + attention",
+            f"norm1 = {norm}1(residual1)",
+            hidden("norm1"),
+            f"ffn = hidden W2{b2}",
+            "residual2 = norm1 + ffn",
+            f"norm2 = output = {norm}2(residual2)",
+        ]
     steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
@@ -118,32 +131,56 @@ def _attention_lines(entry: dict[str, Any], tokens: list[str], p: int, digits: i
     tok_w = max(5, max(len(s) for s in shown))
     col_w = max(len(f"head {heads - 1}"), digits + 2)
     per_line = max(1, (width - 4 - key_w - 2 - tok_w) // (col_w + 2))
-    out = ["  " + line for line in _pack([f"attention weights {_shape(entry['attention_shape'])}:",
-                                          f"position {p} over the keys it can see"], width - 2, " ")]
+    out = [
+        "  " + line
+        for line in _pack(
+            [f"attention weights {_shape(entry['attention_shape'])}:", f"position {p} over the keys it can see"],
+            width - 2,
+            " ",
+        )
+    ]
     for first in range(0, heads, per_line):
         group = range(first, min(heads, first + per_line))
-        out.append(f"    {'key':>{key_w}}  {'token':<{tok_w}}"
-                   + "".join(f"  {f'head {h}':>{col_w}}" for h in group))
+        out.append(f"    {'key':>{key_w}}  {'token':<{tok_w}}" + "".join(f"  {f'head {h}':>{col_w}}" for h in group))
         for k in range(p + 1):
-            out.append(f"    {k:>{key_w}}  {shown[k]:<{tok_w}}"
-                       + "".join(f"  {number(weights[h][k], digits):>{col_w}}" for h in group))
+            out.append(
+                f"    {k:>{key_w}}  {shown[k]:<{tok_w}}"
+                + "".join(f"  {number(weights[h][k], digits):>{col_w}}" for h in group)
+            )
     return out
 
 
 def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     trace = result.as_dict()
     p, ids, tokens, model = trace["position"], trace["ids"], trace["tokens"], trace["model"]
-    out = _pack([f"trace of position {p}", f"(token {show_token(tokens[p])}, id {ids[p]})",
-                 f"in a prompt of {len(ids)} token(s)"], width, " ")
-    about = [f"model: {model['n_layer']} block(s),", f"{model['n_head']} heads,", f"width {model['n_embd']},",
-             f"FFN {model['ffn_hidden']},", f"{model['vocab_size']} tokens,", model["dtype"]]
+    out = _pack(
+        [
+            f"trace of position {p}",
+            f"(token {show_token(tokens[p])}, id {ids[p]})",
+            f"in a prompt of {len(ids)} token(s)",
+        ],
+        width,
+        " ",
+    )
+    about = [
+        f"model: {model['n_layer']} block(s),",
+        f"{model['n_head']} heads,",
+        f"width {model['n_embd']},",
+        f"FFN {model['ffn_hidden']},",
+        f"{model['vocab_size']} tokens,",
+        model["dtype"],
+    ]
     if model["tie_embeddings"]:
         about[-1] += ","
         about.append("tied head")
     out += _pack(about, width, " ")
     if trace.get("interventions"):
-        out += _pack(["interventions (the rows below are the modified pass; --set-input replaces the input row):"]
-                     + trace["interventions"], width, " ")
+        out += _pack(
+            ["interventions (the rows below are the modified pass; --set-input replaces the input row):"]
+            + trace["interventions"],
+            width,
+            " ",
+        )
     listed = _pack([f"{i}:{show_token(t)}" for i, t in enumerate(tokens)], width - 9, "  ")
     out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
     legend = _pack(_legend(model), width - 2, " ")
@@ -155,9 +192,11 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         rows = []
         if i == 0:
             inp = trace["input"]
-            rows += [(f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]),
-                     (f"+ position {p}", inp["position_row"], inp["position_table_shape"]),
-                     ("= input", inp["row"], inp["shape"])]
+            rows += [
+                (f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]),
+                (f"+ position {p}", inp["position_row"], inp["position_table_shape"]),
+                ("= input", inp["row"], inp["shape"]),
+            ]
         else:
             rows.append(("input", entry["input"]["row"], entry["input"]["shape"]))
         rows += [(name, row, entry["shapes"][name]) for name, row in entry["stages"].items()]
@@ -167,18 +206,22 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
 
     out += ["", "after the last block"]
     out += _table([("final_norm", trace["final_norm"]["row"], trace["final_norm"]["shape"])], digits, width)
-    out.append(f"next token after position {p}: softmax(final_norm row @ head), "
-               f"top {len(trace['next_tokens'])}")
+    out.append(f"next token after position {p}: softmax(final_norm row @ head), top {len(trace['next_tokens'])}")
     tok_w = max([5] + [len(show_token(c["token"])) for c in trace["next_tokens"]])
     id_w = max(2, len(str(model["vocab_size"] - 1)))
     num_w = max(len("probability"), max(len(number(c["logit"], digits)) for c in trace["next_tokens"]))
     out.append(f"  {'rank':>4}  {'id':>{id_w}}  {'token':<{tok_w}}  {'logit':>{num_w}}  {'probability':>{num_w}}")
     for rank, c in enumerate(trace["next_tokens"], 1):
-        out.append(f"  {rank:>4}  {c['id']:>{id_w}}  {show_token(c['token']):<{tok_w}}  "
-                   f"{number(c['logit'], digits):>{num_w}}  {number(c['probability'], digits):>{num_w}}")
+        out.append(
+            f"  {rank:>4}  {c['id']:>{id_w}}  {show_token(c['token']):<{tok_w}}  "
+            f"{number(c['logit'], digits):>{num_w}}  {number(c['probability'], digits):>{num_w}}"
+        )
 
-    out += ["", "logit lens: each block's output row, through final_norm and the head, softmax:",
-            "what the model would predict if it stopped after that block"]
+    out += [
+        "",
+        "logit lens: each block's output row, through final_norm and the head, softmax:",
+        "what the model would predict if it stopped after that block",
+    ]
     for entry in trace["blocks"]:
         label = f"  block {entry['index']:<3} "
         guesses = [f"{show_token(c['token'])} {number(c['probability'], digits)}" for c in entry["logit_lens"]]
@@ -194,29 +237,44 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
     divergence between the two next-token distributions."""
     before, after = result.before, result.after
     p, tokens = before.position, before.tokens
-    out = _pack([f"comparison at position {p}", f"(token {show_token(tokens[p])}, id {before.ids[p]})",
-                 f"in a prompt of {len(tokens)} token(s)"], width, " ")
-    out += _pack(["interventions:"] + [item + ";" for item in result.interventions[:-1]]
-                 + result.interventions[-1:], width, " ")
+    out = _pack(
+        [
+            f"comparison at position {p}",
+            f"(token {show_token(tokens[p])}, id {before.ids[p]})",
+            f"in a prompt of {len(tokens)} token(s)",
+        ],
+        width,
+        " ",
+    )
+    out += _pack(
+        ["interventions:"] + [item + ";" for item in result.interventions[:-1]] + result.interventions[-1:], width, " "
+    )
     label_w = max(len("stage"), *(len(name) for block in result.stages for name in block))
     num_w = max(len("|before|"), digits + 4)
     room = width - 4 - len("before  ")
     for entry, block in zip(before.blocks, result.stages):
-        out += ["", f"block {entry.index} of {before.model['n_layer']}: norms before and after, the change's norm, "
-                    f"the rows"]
+        out += [
+            "",
+            f"block {entry.index} of {before.model['n_layer']}: norms before and after, the change's norm, the rows",
+        ]
         out.append(f"  {'stage':<{label_w}}  {'|before|':>{num_w}}  {'|after|':>{num_w}}  {'|change|':>{num_w}}")
         for name, change in block.items():
-            out.append(f"  {name:<{label_w}}  {number(change.norm_before, digits):>{num_w}}"
-                       f"  {number(change.norm_after, digits):>{num_w}}  {number(change.change, digits):>{num_w}}")
+            out.append(
+                f"  {name:<{label_w}}  {number(change.norm_before, digits):>{num_w}}"
+                f"  {number(change.norm_after, digits):>{num_w}}  {number(change.change, digits):>{num_w}}"
+            )
             out.append(f"    before  {row_lines(change.before, digits, room)[0]}")
             out.append(f"    after   {row_lines(change.after, digits, room)[0]}")
     out += ["", f"next token after position {p}, before and after:"]
     tok_w = max([5] + [len(show_token(c.token)) for c in before.next_tokens + after.next_tokens])
     prob_w = max(len("probability"), digits + 2)
-    out.append(f"  {'rank':>4}  {'token':<{tok_w}}  {'probability':>{prob_w}}    {'token':<{tok_w}}  {'probability':>{prob_w}}")
+    out.append(
+        f"  {'rank':>4}  {'token':<{tok_w}}  {'probability':>{prob_w}}    {'token':<{tok_w}}  {'probability':>{prob_w}}"
+    )
     for rank, (a, b) in enumerate(zip(before.next_tokens, after.next_tokens), 1):
-        out.append(f"  {rank:>4}  {show_token(a.token):<{tok_w}}  {number(a.probability, digits):>{prob_w}}"
-                   f"    {show_token(b.token):<{tok_w}}  {number(b.probability, digits):>{prob_w}}")
+        out.append(
+            f"  {rank:>4}  {show_token(a.token):<{tok_w}}  {number(a.probability, digits):>{prob_w}}"
+            f"    {show_token(b.token):<{tok_w}}  {number(b.probability, digits):>{prob_w}}"
+        )
     out.append(f"KL(before || after) = {number(result.kl_divergence, digits)} nats")
     return "\n".join(out)
-

@@ -18,17 +18,19 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from . import distributed
 from . import run as run_folder
 from .config import Config
 from .data import Batches, Corpus, load_corpus
-from . import distributed
 from .device import autocast, available_memory, check_dtype, pick_device, pick_precision, use_threads
 from .distributed import RefusedElsewhere, World
 from .errors import MinigptError
@@ -51,8 +53,10 @@ def learning_rate(step: int, cfg) -> float:
 def _adamw(params: list, cfg) -> torch.optim.AdamW:
     """Weight decay on matrices (dim >= 2: linear weights, token and position tables) only;
     biases and norm gains are not pulled towards zero."""
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
 
 
@@ -90,12 +94,15 @@ def make_optimizer(model: MiniGPT, cfg) -> torch.optim.Optimizer | Optimizers:
     if cfg.optimizer == "adamw":
         return _adamw(params, cfg)
     if not hasattr(torch.optim, "Muon"):
-        raise MinigptError(f"[train] optimizer = \"muon\" needs torch 2.9 or newer (this is {torch.__version__}); "
-                           f"upgrade torch, or use --set train.optimizer=adamw")
+        raise MinigptError(
+            f'[train] optimizer = "muon" needs torch 2.9 or newer (this is {torch.__version__}); '
+            f"upgrade torch, or use --set train.optimizer=adamw"
+        )
     in_blocks = {id(p) for name, p in model.blocks.named_parameters() if p.dim() == 2}
     matrices = [p for p in params if id(p) in in_blocks]
-    muon = torch.optim.Muon(matrices, lr=cfg.muon_learning_rate, weight_decay=cfg.weight_decay,
-                            adjust_lr_fn="match_rms_adamw")
+    muon = torch.optim.Muon(
+        matrices, lr=cfg.muon_learning_rate, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw"
+    )
     for group in muon.param_groups:
         group["peak_lr"] = cfg.muon_learning_rate  # follows the schedule in proportion
     return Optimizers(muon, _adamw([p for p in params if id(p) not in in_blocks], cfg))
@@ -103,10 +110,13 @@ def make_optimizer(model: MiniGPT, cfg) -> torch.optim.Optimizer | Optimizers:
 
 def rng_states(generator: torch.Generator) -> dict[str, Any]:
     np_state = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "batches": generator.get_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "python": random.getstate(),
-            "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]]}
+    return {
+        "torch": torch.get_rng_state(),
+        "batches": generator.get_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "python": random.getstate(),
+        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+    }
 
 
 def restore_rng_states(states: dict[str, Any], generator: torch.Generator) -> None:
@@ -153,9 +163,11 @@ def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int, precision: st
 
 # ---------------------------------------------------------------- a training session
 
+
 @dataclass
 class Session:
     """Everything one run trains with, validated and built; `step` is where it starts."""
+
     cfg: Config
     corpus: Corpus
     device: str
@@ -191,14 +203,22 @@ class Session:
         return self.step >= self.cfg.train.steps
 
     def hashes(self) -> dict[str, str]:
-        return {"config": run_folder.config_hash(run_folder.training_identity(self.identity_cfg)),
-                "tokenizer": self.corpus.tokenizer.fingerprint(), "corpus": self.corpus.sha256}
+        return {
+            "config": run_folder.config_hash(run_folder.training_identity(self.identity_cfg)),
+            "tokenizer": self.corpus.tokenizer.fingerprint(),
+            "corpus": self.corpus.sha256,
+        }
 
     def checkpoint(self, step: int) -> dict[str, Any]:
         """What a checkpoint at `step` holds: enough to continue bitwise where it stopped."""
         state = run_folder.model_payload(self.cfg, self.model)
-        state.update(optimizer=self.optimizer.state_dict(), step=step, rng=rng_states(self.generator),
-                     hashes=self.hashes(), identity=run_folder.training_identity(self.identity_cfg))
+        state.update(
+            optimizer=self.optimizer.state_dict(),
+            step=step,
+            rng=rng_states(self.generator),
+            hashes=self.hashes(),
+            identity=run_folder.training_identity(self.identity_cfg),
+        )
         return state
 
 
@@ -210,8 +230,9 @@ def global_batch_config(cfg: Config, world: World) -> Config:
     return replace(cfg, train=replace(cfg.train, batch_size=cfg.train.batch_size * world.size))
 
 
-def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None,
-          world: World = World()) -> Session:
+def build(
+    cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None, world: World = World()
+) -> Session:
     """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given."""
     tc = cfg.train
     torch.manual_seed(tc.seed)
@@ -226,16 +247,35 @@ def build(cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, A
         step = payload["step"]
     # Each rank trains and evaluates on its rows of the batches one process with the global batch reads.
     train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device, world.rank, world.size)
-    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device, world.rank,
-                          world.size).fixed(tc.eval_batches)
+    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device, world.rank, world.size).fixed(
+        tc.eval_batches
+    )
     precision = pick_precision(tc.precision, device, cfg.model.dtype)
-    return Session(cfg, corpus, device, model, optimizer, generator, train_batches, val_windows, step,
-                   precision, resumed=payload is not None, world=world, forward_model=model)
+    return Session(
+        cfg,
+        corpus,
+        device,
+        model,
+        optimizer,
+        generator,
+        train_batches,
+        val_windows,
+        step,
+        precision,
+        resumed=payload is not None,
+        world=world,
+        forward_model=model,
+    )
 
 
-def start(cfg: Config, resume: bool = False, force: bool = False,
-          preparing: Callable[[str], ContextManager] = lambda message: nullcontext(),
-          progress: Callable[[str, int], ContextManager] | None = None, world: World = World()) -> Session:
+def start(
+    cfg: Config,
+    resume: bool = False,
+    force: bool = False,
+    preparing: Callable[[str], ContextManager] = lambda message: nullcontext(),
+    progress: Callable[[str, int], ContextManager] | None = None,
+    world: World = World(),
+) -> Session:
     """Check everything, then build the session and create (or reopen) the run folder `cfg.run_dir`
     with a loadable checkpoint in it. Nothing is written before every check has passed (on every
     rank, under torchrun). `preparing(message)` wraps the slow corpus preparation and
@@ -245,6 +285,7 @@ def start(cfg: Config, resume: bool = False, force: bool = False,
     # a folder whose parent does not exist yet is locked once the parent is made (after the checks).
     lock = run_folder.RunLock(run_dir) if world.is_main else None
     try:
+
         def check_and_prepare() -> Session:
             if run_dir.parent.is_dir():
                 lock.acquire()
@@ -276,15 +317,26 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
     sha256 and its starting state (a checkpoint payload), so no other rank reads the run folder,
     fits a tokenizer or needs rank 0's files: another machine needs only the same training text
     at the same path (its ids come from its own cache, or are encoded there once)."""
-    sent = distributed.share(world, (shared_settings(cfg), session.corpus.tokenizer.to_str(), session.corpus.sha256,
-                                     session.checkpoint(session.step)) if world.is_main else None)
+    sent = distributed.share(
+        world,
+        (
+            shared_settings(cfg),
+            session.corpus.tokenizer.to_str(),
+            session.corpus.sha256,
+            session.checkpoint(session.step),
+        )
+        if world.is_main
+        else None,
+    )
 
     def build_here() -> Session:
         settings, tokenizer_json, sha256, payload = sent
         differences = run_folder.sections_differences(shared_settings(cfg), settings)
         if differences:  # the ranks would train different runs, or wait on each other at different steps
-            raise MinigptError(f"the config here differs from rank 0's ({'; '.join(differences)} (here != rank 0)); "
-                               f"launch every process with the same config file, --set values and flags")
+            raise MinigptError(
+                f"the config here differs from rank 0's ({'; '.join(differences)} (here != rank 0)); "
+                f"launch every process with the same config file, --set values and flags"
+            )
         corpus = load_corpus(cfg, fitted=(TextTokenizer.from_str(tokenizer_json), sha256))
         joined = _build_checked(cfg, corpus, payload, world)
         joined.resumed = resume
@@ -302,8 +354,13 @@ def shared_settings(cfg: Config) -> dict[str, dict[str, Any]]:
     return run_folder.config_sections(cfg, PER_MACHINE)
 
 
-def _prepare(cfg: Config, resume: bool, preparing: Callable[[str], ContextManager],
-             progress: Callable[[str, int], ContextManager] | None, world: World = World()) -> Session:
+def _prepare(
+    cfg: Config,
+    resume: bool,
+    preparing: Callable[[str], ContextManager],
+    progress: Callable[[str, int], ContextManager] | None,
+    world: World = World(),
+) -> Session:
     """Every check, the corpus and the built session; nothing in the run folder is touched."""
     tc = cfg.train
     run_dir = cfg.run_dir
@@ -315,20 +372,29 @@ def _prepare(cfg: Config, resume: bool, preparing: Callable[[str], ContextManage
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
         corpus = load_corpus(cfg, on_status=notes.append, **({"progress": progress} if progress else {}))
     if payload is not None:
-        run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path,
-                                world.size)
+        run_folder.check_resume(
+            payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path, world.size
+        )
 
     if tc.sample_every:  # samples during training: a prompt the table cannot hold is refused, never cropped
-        check_context(len(corpus.tokenizer.encode(tc.sample_prompt or "\n")), cfg.model.context,
-                      "[train] sample_prompt", "shorten it")
+        check_context(
+            len(corpus.tokenizer.encode(tc.sample_prompt or "\n")),
+            cfg.model.context,
+            "[train] sample_prompt",
+            "shorten it",
+        )
     session = _build_checked(cfg, corpus, payload, world)
     session.notes = notes
     if cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
-        notes.append(f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
-                     f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge")
+        notes.append(
+            f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
+            f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge"
+        )
     if tc.warmup_steps >= tc.steps:
-        notes.append(f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "
-                     f"rate never reaches learning_rate = {tc.learning_rate} (set train.warmup_steps lower)")
+        notes.append(
+            f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "
+            f"rate never reaches learning_rate = {tc.learning_rate} (set train.warmup_steps lower)"
+        )
     return session
 
 
@@ -382,12 +448,15 @@ def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
         return
     needed = training_bytes(cfg, vocab_size)
     if needed > available:
-        raise MinigptError(f"this model needs about {needed / 2**30:,.1f} GiB to train (parameters, gradients, optimizer "
-                           f"state and one batch's activations) but {device} has {available / 2**30:,.1f} GiB available; "
-                           f"make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller")
+        raise MinigptError(
+            f"this model needs about {needed / 2**30:,.1f} GiB to train (parameters, gradients, optimizer "
+            f"state and one batch's activations) but {device} has {available / 2**30:,.1f} GiB available; "
+            f"make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller"
+        )
 
 
 # ---------------------------------------------------------------- the loop
+
 
 class CheckpointSaver(Listener):
     """Writes the session's checkpoint into its run folder whenever one is due; `last_step` is the
@@ -479,7 +548,9 @@ class Trainer:
             total += loss.item() / tc.grad_accum
         total = distributed.mean(s.world, total)  # the global batch's loss, the same on every rank
         # With grad_clip = 0 the norm is still measured (a clip at infinity multiplies by exactly 1).
-        norm = float(torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf))
+        norm = float(
+            torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        )
         # The same verdict on every rank without another exchange: the loss is the ranks' mean and the
         # norm is taken over the averaged gradients, so a NaN or inf on any rank is in both everywhere.
         if not (math.isfinite(total) and math.isfinite(norm)):
@@ -543,6 +614,13 @@ class Trainer:
                 listener.close()
         elapsed = time.perf_counter() - started
         taken = s.step - start_step
-        return TrainResult(s.step, taken, elapsed, taken * s.tokens_per_step / max(elapsed, 1e-9),
-                           last_val.get("val_loss"), last_val.get("val_bpb"),
-                           stopped=s.step < tc.steps and self.diverged is None, diverged=self.diverged)
+        return TrainResult(
+            s.step,
+            taken,
+            elapsed,
+            taken * s.tokens_per_step / max(elapsed, 1e-9),
+            last_val.get("val_loss"),
+            last_val.get("val_bpb"),
+            stopped=s.step < tc.steps and self.diverged is None,
+            diverged=self.diverged,
+        )

@@ -51,18 +51,51 @@ from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.train import Trainer, build  # noqa: E402
 
 # The comparison shape of issue 9 (nanoGPT's README in shared/anchors/nanogpt uses the same).
-SHAPE = ["model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.context=32", "model.ffn_hidden=512",
-         "model.bias=true", "model.dropout=0.0", "model.tie_embeddings=false", "model.norm=\"layernorm\"",
-         "model.activation=\"relu\"", "tokenizer.kind=\"bpe\"", "tokenizer.vocab_size=1024",
-         "train.batch_size=64", "train.grad_accum=1"]
-NANO_SHAPE = ["--n_layer=4", "--n_head=4", "--n_embd=128", "--block_size=32", "--batch_size=64", "--dropout=0.0",
-              "--gradient_accumulation_steps=1", "--device=cpu", "--compile=False", "--dtype=float32"]
-NANO_RECIPE = ["--bias=False", "--learning_rate=1e-3", "--beta2=0.99", "--min_lr=1e-4", "--max_iters=2000",
-               "--lr_decay_iters=2000", "--warmup_iters=100", "--eval_interval=500", "--eval_iters=50",
-               "--log_interval=50", "--always_save_checkpoint=False"]
+SHAPE = [
+    "model.n_layer=4",
+    "model.n_head=4",
+    "model.n_embd=128",
+    "model.context=32",
+    "model.ffn_hidden=512",
+    "model.bias=true",
+    "model.dropout=0.0",
+    "model.tie_embeddings=false",
+    'model.norm="layernorm"',
+    'model.activation="relu"',
+    'tokenizer.kind="bpe"',
+    "tokenizer.vocab_size=1024",
+    "train.batch_size=64",
+    "train.grad_accum=1",
+]
+NANO_SHAPE = [
+    "--n_layer=4",
+    "--n_head=4",
+    "--n_embd=128",
+    "--block_size=32",
+    "--batch_size=64",
+    "--dropout=0.0",
+    "--gradient_accumulation_steps=1",
+    "--device=cpu",
+    "--compile=False",
+    "--dtype=float32",
+]
+NANO_RECIPE = [
+    "--bias=False",
+    "--learning_rate=1e-3",
+    "--beta2=0.99",
+    "--min_lr=1e-4",
+    "--max_iters=2000",
+    "--lr_decay_iters=2000",
+    "--warmup_iters=100",
+    "--eval_interval=500",
+    "--eval_iters=50",
+    "--log_interval=50",
+    "--always_save_checkpoint=False",
+]
 
 
 # ---------------------------------------------------------------- the machine
+
 
 def machine() -> dict:
     cpu = platform.processor() or "unknown"
@@ -80,10 +113,16 @@ def machine() -> dict:
         pass
     from minigpt.device import native_bfloat16
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "cpu_bfloat16": native_bfloat16("cpu"),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": memory,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "cpu_bfloat16": native_bfloat16("cpu"),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device: str = "cpu") -> float:
@@ -118,6 +157,7 @@ def training_flops_per_token(model: MiniGPT) -> float:
 
 # ---------------------------------------------------------------- minigpt
 
+
 def train_tokens_per_s(cfg, corpus, threads: int, steps: int, warmup: int = 3) -> float:
     """The real training step, `Trainer.train_step` (schedule, accumulation, clipping, optimizer
     step) on real batches, without a run folder; tokens per second over `steps` after `warmup`
@@ -147,12 +187,14 @@ class TrainTimer:
         return self.best
 
 
-def _timed_tokens(model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int,
-                  use_cache: bool) -> tuple[list[int], float]:
+def _timed_tokens(
+    model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int, use_cache: bool
+) -> tuple[list[int], float]:
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
-    generation = generate(model, prompt_ids, new_tokens, temperature=1.0, generator=generator,
-                          use_cache=use_cache, slide=True)
+    generation = generate(
+        model, prompt_ids, new_tokens, temperature=1.0, generator=generator, use_cache=use_cache, slide=True
+    )
     _sync(str(device))
     start = time.perf_counter()
     tokens = [step.tokens for step in generation]
@@ -161,8 +203,15 @@ def _timed_tokens(model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: 
     return ids, time.perf_counter() - start
 
 
-def bench_sampling(model: MiniGPT, tokenizer, new_tokens: int = 1000, prompt: str = "\n",
-                   seed: int = 1337, warmup_tokens: int = 16, repeats: int = 3) -> dict:
+def bench_sampling(
+    model: MiniGPT,
+    tokenizer,
+    new_tokens: int = 1000,
+    prompt: str = "\n",
+    seed: int = 1337,
+    warmup_tokens: int = 16,
+    repeats: int = 3,
+) -> dict:
     """Sampling speed at batch 1: `new_tokens` tokens (temperature 1, sliding window past the
     table) with the KV cache and with full recompute, in the same process on the same model; the
     best of `repeats` alternating runs of each. Past the table every step is a full recompute of
@@ -179,12 +228,16 @@ def bench_sampling(model: MiniGPT, tokenizer, new_tokens: int = 1000, prompt: st
     with_cache = new_tokens / cached_s if cached_s > 0 else 0.0
     without_cache = new_tokens / plain_s if plain_s > 0 else 0.0
     parameter = next(model.parameters())
-    return {"new_tokens": new_tokens, "context": model.context, "device": str(parameter.device),
-            "dtype": str(parameter.dtype).removeprefix("torch."),
-            "with_kv_cache_tokens_per_s": round(with_cache, 1),
-            "without_kv_cache_tokens_per_s": round(without_cache, 1),
-            "speedup": round(with_cache / without_cache, 3) if without_cache else None,
-            "same_tokens": cached_ids == plain_ids}
+    return {
+        "new_tokens": new_tokens,
+        "context": model.context,
+        "device": str(parameter.device),
+        "dtype": str(parameter.dtype).removeprefix("torch."),
+        "with_kv_cache_tokens_per_s": round(with_cache, 1),
+        "without_kv_cache_tokens_per_s": round(without_cache, 1),
+        "speedup": round(with_cache / without_cache, 3) if without_cache else None,
+        "same_tokens": cached_ids == plain_ids,
+    }
 
 
 def minigpt_full_run(config: str | None, out: Path, env: dict) -> dict:
@@ -200,16 +253,22 @@ def minigpt_full_run(config: str | None, out: Path, env: dict) -> dict:
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r.get("eval")]
     train_s = max(r.get("elapsed_s", 0.0) for r in records)
-    return {"wall_s": round(wall, 1), "train_loop_s": round(train_s, 1), "steps": records[-1]["step"],
-            "val_loss": round(evals[-1]["val_loss"], 4), "val_bpb": round(evals[-1]["val_bpb"], 4)}
+    return {
+        "wall_s": round(wall, 1),
+        "train_loop_s": round(train_s, 1),
+        "steps": records[-1]["step"],
+        "val_loss": round(evals[-1]["val_loss"], 4),
+        "val_bpb": round(evals[-1]["val_bpb"], 4),
+    }
 
 
 def startup(run: Path, env: dict, repeats: int = 5) -> dict:
     """`minigpt sample -p "ROMEO:" -n 200` start to exit against `python -c "import torch"`,
     alternating, best of `repeats` each."""
-    commands = {"import_torch": [sys.executable, "-c", "import torch"],
-                "minigpt_sample": [sys.executable, "-m", "minigpt", "sample", "--run", str(run), "-p", "ROMEO:",
-                                   "-n", "200"]}
+    commands = {
+        "import_torch": [sys.executable, "-c", "import torch"],
+        "minigpt_sample": [sys.executable, "-m", "minigpt", "sample", "--run", str(run), "-p", "ROMEO:", "-n", "200"],
+    }
     best = {name: math.inf for name in commands}
     for _ in range(repeats):
         for name, command in commands.items():
@@ -218,8 +277,11 @@ def startup(run: Path, env: dict, repeats: int = 5) -> dict:
             if done.returncode != 0:
                 raise SystemExit(f"bench: {' '.join(command)} failed:\n{done.stderr}")
             best[name] = min(best[name], time.perf_counter() - started)
-    return {"import_torch_s": round(best["import_torch"], 3), "minigpt_sample_s": round(best["minigpt_sample"], 3),
-            "ratio": round(best["minigpt_sample"] / best["import_torch"], 3)}
+    return {
+        "import_torch_s": round(best["import_torch"], 3),
+        "minigpt_sample_s": round(best["minigpt_sample"], 3),
+        "ratio": round(best["minigpt_sample"] / best["import_torch"], 3),
+    }
 
 
 LARGE_TEXT_CHILD = r"""
@@ -254,19 +316,30 @@ def large_text(megabytes: int, env: dict) -> dict:
         runs = []
         for _ in range(2):
             launched = time.time()
-            done = subprocess.run([sys.executable, "-c", LARGE_TEXT_CHILD, str(big)], capture_output=True,
-                                  text=True, env=child_env, cwd=ROOT)
+            done = subprocess.run(
+                [sys.executable, "-c", LARGE_TEXT_CHILD, str(big)],
+                capture_output=True,
+                text=True,
+                env=child_env,
+                cwd=ROOT,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"bench: large-text run failed:\n{done.stderr}")
             r = json.loads(done.stdout.strip().splitlines()[-1])
-            runs.append({"prepare_s": round(r["prepared"] - r["imported"], 2),
-                         "first_step_after_launch_s": round(r["first_step"] - launched, 2),
-                         "first_step_after_imports_s": round(r["first_step"] - r["imported"], 2),
-                         "peak_rss_mb": round(r["peak_rss_mb"]), "train_tokens": r["train_tokens"]})
+            runs.append(
+                {
+                    "prepare_s": round(r["prepared"] - r["imported"], 2),
+                    "first_step_after_launch_s": round(r["first_step"] - launched, 2),
+                    "first_step_after_imports_s": round(r["first_step"] - r["imported"], 2),
+                    "peak_rss_mb": round(r["peak_rss_mb"]),
+                    "train_tokens": r["train_tokens"],
+                }
+            )
         return {"megabytes": round(big.stat().st_size / 1e6, 1), "first_run": runs[0], "cached_run": runs[1]}
 
 
 # ---------------------------------------------------------------- nanoGPT
+
 
 class NanoGPT:
     """nanoGPT's unmodified files in a scratch folder, with its data prepared as its README says."""
@@ -276,20 +349,29 @@ class NanoGPT:
         self.dir.mkdir(parents=True)
         for name in ("model.py", "train.py", "configurator.py"):
             shutil.copy(anchor / name, self.dir / name)
-        done = subprocess.run([sys.executable, str(anchor / "prepare_bpe.py"), "1024"], capture_output=True,
-                              text=True, env={**env, "NANOGPT_DIR": str(self.dir),
-                                              "CORPUS": str(ROOT / "data" / "tinyshakespeare.txt")})
+        done = subprocess.run(
+            [sys.executable, str(anchor / "prepare_bpe.py"), "1024"],
+            capture_output=True,
+            text=True,
+            env={**env, "NANOGPT_DIR": str(self.dir), "CORPUS": str(ROOT / "data" / "tinyshakespeare.txt")},
+        )
         if done.returncode != 0:
             raise SystemExit(f"bench: nanoGPT data preparation failed:\n{done.stderr}")
         found = re.search(r"val_chars_per_token=([\d.]+)", done.stdout)
         text = (ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
-        val = text[int(len(text) * 0.9):]
+        val = text[int(len(text) * 0.9) :]
         # bytes per token of its validation split (chars per token x bytes per char)
         self.val_bytes_per_token = float(found[1]) * len(val.encode("utf-8")) / len(val)
 
     def train(self, extra: list[str]) -> tuple[subprocess.CompletedProcess, float]:
-        command = [sys.executable, "train.py", "--dataset=shakespeare_bpe1024", *NANO_SHAPE, *extra,
-                   f"--out_dir={self.dir / 'out'}"]
+        command = [
+            sys.executable,
+            "train.py",
+            "--dataset=shakespeare_bpe1024",
+            *NANO_SHAPE,
+            *extra,
+            f"--out_dir={self.dir / 'out'}",
+        ]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=self.dir, env=self.env)
         wall = time.perf_counter() - started
@@ -299,11 +381,24 @@ class NanoGPT:
 
     def train_tokens_per_s(self, iters: int, bias: bool) -> float:
         """Steady state: the median iteration time after the first ten (64 x 32 tokens each)."""
-        done, _ = self.train(["--bias=" + str(bias), f"--max_iters={iters}", f"--lr_decay_iters={iters}",
-                              "--eval_interval=100000", "--eval_iters=1", "--log_interval=1",
-                              "--always_save_checkpoint=False", "--learning_rate=1e-3", "--warmup_iters=10"])
-        times = [float(t) for t in re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", done.stdout, re.M)
-                 for t in [t[1]]][10:]
+        done, _ = self.train(
+            [
+                "--bias=" + str(bias),
+                f"--max_iters={iters}",
+                f"--lr_decay_iters={iters}",
+                "--eval_interval=100000",
+                "--eval_iters=1",
+                "--log_interval=1",
+                "--always_save_checkpoint=False",
+                "--learning_rate=1e-3",
+                "--warmup_iters=10",
+            ]
+        )
+        times = [
+            float(t)
+            for t in re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", done.stdout, re.M)
+            for t in [t[1]]
+        ][10:]
         return 64 * 32 / (statistics.median(times) / 1000)
 
     def full_run(self) -> dict:
@@ -311,8 +406,12 @@ class NanoGPT:
         done, wall = self.train(NANO_RECIPE)
         losses = re.findall(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)", done.stdout, re.M)
         step, _, val = losses[-1]
-        return {"wall_s": round(wall, 1), "steps": int(step), "val_loss": float(val),
-                "val_bpb": round(float(val) / math.log(2) / self.val_bytes_per_token, 4)}
+        return {
+            "wall_s": round(wall, 1),
+            "steps": int(step),
+            "val_loss": float(val),
+            "val_bpb": round(float(val) / math.log(2) / self.val_bytes_per_token, 4),
+        }
 
     def model(self, vocab_size: int):
         sys.path.insert(0, str(self.anchor))
@@ -321,8 +420,9 @@ class NanoGPT:
         finally:
             sys.path.remove(str(self.anchor))
         torch.manual_seed(0)
-        return GPT(GPTConfig(block_size=32, vocab_size=vocab_size, n_layer=4, n_head=4, n_embd=128,
-                             dropout=0.0, bias=True)).eval()
+        return GPT(
+            GPTConfig(block_size=32, vocab_size=vocab_size, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=True)
+        ).eval()
 
 
 def nanogpt_sampling(model, new_tokens: int, repeats: int = 3) -> float:
@@ -339,6 +439,7 @@ def nanogpt_sampling(model, new_tokens: int, repeats: int = 3) -> float:
 
 # ---------------------------------------------------------------- the report
 
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
 
@@ -346,15 +447,21 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-c", "--config", default=None, help="minigpt config (default: configs/default.toml)")
-    parser.add_argument("--nanogpt", type=Path, default=None,
-                        help="nanoGPT's files (shared/anchors/nanogpt): measure it side by side")
-    parser.add_argument("--quick", action="store_true",
-                        help="skip the full training runs, the startup timing and the 100 MB text")
+    parser.add_argument(
+        "--nanogpt", type=Path, default=None, help="nanoGPT's files (shared/anchors/nanogpt): measure it side by side"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="skip the full training runs, the startup timing and the 100 MB text"
+    )
     parser.add_argument("--train-steps", type=int, default=30, help="timed training steps per variant")
     parser.add_argument("--new-tokens", type=int, default=1000, help="tokens generated per sampling run")
     parser.add_argument("--large-mb", type=int, default=100, help="size of the generated large text")
-    parser.add_argument("--json-out", type=Path, default=ROOT / "runs" / "bench.json",
-                        help="where the JSON report goes (default: runs/bench.json)")
+    parser.add_argument(
+        "--json-out",
+        type=Path,
+        default=ROOT / "runs" / "bench.json",
+        help="where the JSON report goes (default: runs/bench.json)",
+    )
     parser.add_argument("--table", type=Path, default=None, help="print the table of a saved JSON report and stop")
     args = parser.parse_args()
     if args.table:
@@ -376,16 +483,30 @@ def main() -> None:
     def row(name: str, minigpt: float | None, nanogpt: float | None, unit: str, target: str, better: str = "higher"):
         # "higher": minigpt / nanoGPT; "lower": nanoGPT / minigpt (both: bigger is better for minigpt);
         # "of-reference": minigpt / the reference in the nanoGPT column (a cost ratio: smaller is better)
-        r = {"figure": name, "minigpt": minigpt, "nanogpt": nanogpt, "unit": unit, "target": target,
-             "ratio": {"higher": ratio(minigpt, nanogpt), "lower": ratio(nanogpt, minigpt),
-                       "of-reference": ratio(minigpt, nanogpt)}[better]}
+        r = {
+            "figure": name,
+            "minigpt": minigpt,
+            "nanogpt": nanogpt,
+            "unit": unit,
+            "target": target,
+            "ratio": {
+                "higher": ratio(minigpt, nanogpt),
+                "lower": ratio(nanogpt, minigpt),
+                "of-reference": ratio(minigpt, nanogpt),
+            }[better],
+        }
         rows.append(r)
-        print(f"  {name}: minigpt {minigpt} {unit}" + (f", nanoGPT {nanogpt}, x{r['ratio']}" if nanogpt else ""),
-              file=sys.stderr, flush=True)
+        print(
+            f"  {name}: minigpt {minigpt} {unit}" + (f", nanoGPT {nanogpt}, x{r['ratio']}" if nanogpt else ""),
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
-        report["matmul_gflops"] = {"float32": round(matmul_peak(torch.float32)),
-                                   "bfloat16": round(matmul_peak(torch.bfloat16))}
+        report["matmul_gflops"] = {
+            "float32": round(matmul_peak(torch.float32)),
+            "bfloat16": round(matmul_peak(torch.bfloat16)),
+        }
         nano = NanoGPT(args.nanogpt.resolve(), scratch, env) if args.nanogpt else None
         torch.set_num_threads(threads)
 
@@ -393,13 +514,17 @@ def main() -> None:
         shape = load_config(args.config, SHAPE)
         corpus = load_corpus(shape)
         default_precision = shape.train.precision
+
         # Rounds alternate between the variants (nanoGPT between them), best round each.
         def variant(*changes: str) -> TrainTimer:
             return TrainTimer(load_config(args.config, SHAPE + list(changes)), corpus, threads)
 
-        timers = {"fast": TrainTimer(shape, corpus, threads), "float32": variant('train.precision="float32"'),
-                  "adamw": variant('train.optimizer="adamw"'),
-                  "adamw_float32": variant('train.optimizer="adamw"', 'train.precision="float32"')}
+        timers = {
+            "fast": TrainTimer(shape, corpus, threads),
+            "float32": variant('train.precision="float32"'),
+            "adamw": variant('train.optimizer="adamw"'),
+            "adamw_float32": variant('train.optimizer="adamw"', 'train.precision="float32"'),
+        }
         nano_runs: dict[bool, list[float]] = {True: [], False: []}
         for round_number in range(3):
             for timer in timers.values():
@@ -411,13 +536,28 @@ def main() -> None:
         adamw, adamw_fp32 = timers["adamw"].best, timers["adamw_float32"].best
         nano_train = max(nano_runs[True]) if nano_runs[True] else None
         nano_train_nobias = max(nano_runs[False]) if nano_runs[False] else None
-        row(f"train tokens/s at the shape (default recipe: {shape.train.optimizer}, precision {default_precision})", round(fast), round(nano_train or 0) or None,
-            "tokens/s", ">= 2.5x")
+        row(
+            f"train tokens/s at the shape (default recipe: {shape.train.optimizer}, precision {default_precision})",
+            round(fast),
+            round(nano_train or 0) or None,
+            "tokens/s",
+            ">= 2.5x",
+        )
         row("train tokens/s at the shape, float32", round(fp32), round(nano_train or 0) or None, "tokens/s", "")
-        row(f"train tokens/s at the shape, AdamW (precision {default_precision})", round(adamw),
-            round(nano_train or 0) or None, "tokens/s", "")
-        row("train tokens/s at the shape, AdamW, float32", round(adamw_fp32), round(nano_train or 0) or None,
-            "tokens/s", "")
+        row(
+            f"train tokens/s at the shape, AdamW (precision {default_precision})",
+            round(adamw),
+            round(nano_train or 0) or None,
+            "tokens/s",
+            "",
+        )
+        row(
+            "train tokens/s at the shape, AdamW, float32",
+            round(adamw_fp32),
+            round(nano_train or 0) or None,
+            "tokens/s",
+            "",
+        )
         if nano_train_nobias:
             report["nanogpt_train_tokens_per_s_bias_off"] = round(nano_train_nobias)
         flops = training_flops_per_token(MiniGPT(shape.model, corpus.tokenizer.vocab_size))
@@ -440,8 +580,13 @@ def main() -> None:
             report["nanogpt_sampling"] = {f"threads_{threads}": round(nano_default, 1), "threads_1": round(nano_one, 1)}
         torch.set_num_threads(threads)
         nano_sample = max(report["nanogpt_sampling"].values()) if nano else None
-        row("sample tokens/s, batch 1, 1,000 new tokens", sampling["with_kv_cache_tokens_per_s"],
-            round(nano_sample, 1) if nano_sample else None, "tokens/s", ">= 3x")
+        row(
+            "sample tokens/s, batch 1, 1,000 new tokens",
+            sampling["with_kv_cache_tokens_per_s"],
+            round(nano_sample, 1) if nano_sample else None,
+            "tokens/s",
+            ">= 3x",
+        )
 
         if not args.quick:
             run = scratch / "default-run"
@@ -449,43 +594,75 @@ def main() -> None:
             report["minigpt_full_run"] = mini_full
             nano_full = nano.full_run() if nano else None
             report["nanogpt_full_run"] = nano_full
-            row("time to quality: wall time of the default run", mini_full["wall_s"],
-                nano_full["wall_s"] if nano_full else None, "s", "<= 1/3 (x >= 3)", better="lower")
-            row("time to quality: final validation bits/byte", mini_full["val_bpb"],
-                nano_full["val_bpb"] if nano_full else None, "bits/byte", "<= 2.205", better="lower")
+            row(
+                "time to quality: wall time of the default run",
+                mini_full["wall_s"],
+                nano_full["wall_s"] if nano_full else None,
+                "s",
+                "<= 1/3 (x >= 3)",
+                better="lower",
+            )
+            row(
+                "time to quality: final validation bits/byte",
+                mini_full["val_bpb"],
+                nano_full["val_bpb"] if nano_full else None,
+                "bits/byte",
+                "<= 2.205",
+                better="lower",
+            )
             s = startup(run, env)
             report["startup"] = s
-            row("`minigpt sample -p ROMEO: -n 200` s (reference: `python -c 'import torch'`)", s["minigpt_sample_s"],
-                s["import_torch_s"], "s", "<= x1.15", better="of-reference")
+            row(
+                "`minigpt sample -p ROMEO: -n 200` s (reference: `python -c 'import torch'`)",
+                s["minigpt_sample_s"],
+                s["import_torch_s"],
+                "s",
+                "<= x1.15",
+                better="of-reference",
+            )
             report["large_text"] = large_text(args.large_mb, env)
         torch.set_num_threads(threads)
         again = {"float32": round(matmul_peak(torch.float32)), "bfloat16": round(matmul_peak(torch.bfloat16))}
         report["matmul_gflops"] = {k: max(v, again[k]) for k, v in report["matmul_gflops"].items()}
-        peak32, peak = report["matmul_gflops"]["float32"] * 1e9, report["matmul_gflops"]["bfloat16" if lowered else "float32"] * 1e9
-        report["mfu"] = {"flops_per_token": flops, "minigpt": round(fast * flops / peak, 4),
-                         "minigpt_float32": round(fp32 * flops / peak32, 4),
-                         "nanogpt": round(nano_train * flops / peak32, 4) if nano_train else None}
+        peak32, peak = (
+            report["matmul_gflops"]["float32"] * 1e9,
+            report["matmul_gflops"]["bfloat16" if lowered else "float32"] * 1e9,
+        )
+        report["mfu"] = {
+            "flops_per_token": flops,
+            "minigpt": round(fast * flops / peak, 4),
+            "minigpt_float32": round(fp32 * flops / peak32, 4),
+            "nanogpt": round(nano_train * flops / peak32, 4) if nano_train else None,
+        }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
     args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print_table(report, default_config=str(Path(default.source).relative_to(ROOT))
-                if Path(default.source).is_relative_to(ROOT) else default.source)
+    print_table(
+        report,
+        default_config=str(Path(default.source).relative_to(ROOT))
+        if Path(default.source).is_relative_to(ROOT)
+        else default.source,
+    )
     print(f"\n(JSON: {args.json_out})")
 
 
 def print_table(report: dict, default_config: str) -> None:
     m = report["machine"]
-    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, torch {m['torch']}, "
-          f"{m['torch_threads']} threads, python {m['python']}, CPU bfloat16: {m['cpu_bfloat16']}"
-          + (f", GPU {m['cuda']}" if m["cuda"] else ""))
+    print(
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, torch {m['torch']}, "
+        f"{m['torch_threads']} threads, python {m['python']}, CPU bfloat16: {m['cpu_bfloat16']}"
+        + (f", GPU {m['cuda']}" if m["cuda"] else "")
+    )
     mm = report["matmul_gflops"]
     print(f"matmul peak: float32 {mm['float32']} GFLOP/s, bfloat16 {mm['bfloat16']} GFLOP/s")
     mfu = report["mfu"]
-    print(f"training FLOPs/token {mfu['flops_per_token']:,}; MFU minigpt {mfu['minigpt']:.1%} "
-          f"(float32 path {mfu['minigpt_float32']:.1%})"
-          + (f", nanoGPT {mfu['nanogpt']:.1%} of the float32 peak" if mfu["nanogpt"] else ""))
+    print(
+        f"training FLOPs/token {mfu['flops_per_token']:,}; MFU minigpt {mfu['minigpt']:.1%} "
+        f"(float32 path {mfu['minigpt_float32']:.1%})"
+        + (f", nanoGPT {mfu['nanogpt']:.1%} of the float32 peak" if mfu["nanogpt"] else "")
+    )
     print()
     w = max(len(r["figure"]) for r in report["rows"])
     print(f"{'figure':<{w}}  {'minigpt':>10}  {'nanoGPT':>10}  {'ratio':>7}  target")
@@ -497,16 +674,22 @@ def print_table(report: dict, default_config: str) -> None:
     if "large_text" in report:
         lt = report["large_text"]
         a, b = lt["first_run"], lt["cached_run"]
-        print(f"\n{lt['megabytes']} MB text: first run prepares in {a['prepare_s']} s (peak {a['peak_rss_mb']} MB); "
-              f"with the cache the first step is done {b['first_step_after_launch_s']} s after launch "
-              f"({b['first_step_after_imports_s']} s after imports, peak {b['peak_rss_mb']} MB)")
+        print(
+            f"\n{lt['megabytes']} MB text: first run prepares in {a['prepare_s']} s (peak {a['peak_rss_mb']} MB); "
+            f"with the cache the first step is done {b['first_step_after_launch_s']} s after launch "
+            f"({b['first_step_after_imports_s']} s after imports, peak {b['peak_rss_mb']} MB)"
+        )
     if "minigpt_full_run" in report:
         f = report["minigpt_full_run"]
-        print(f"default run ({default_config}): {f['steps']} steps, {f['wall_s']} s wall "
-              f"({f['train_loop_s']} s in the loop), val {f['val_loss']} nats/token = {f['val_bpb']} bits/byte")
+        print(
+            f"default run ({default_config}): {f['steps']} steps, {f['wall_s']} s wall "
+            f"({f['train_loop_s']} s in the loop), val {f['val_loss']} nats/token = {f['val_bpb']} bits/byte"
+        )
     if report.get("nanogpt_full_run"):
         f = report["nanogpt_full_run"]
-        print(f"nanoGPT 2,000 iterations: {f['wall_s']} s wall, val {f['val_loss']} nats/token = {f['val_bpb']} bits/byte")
+        print(
+            f"nanoGPT 2,000 iterations: {f['wall_s']} s wall, val {f['val_loss']} nats/token = {f['val_bpb']} bits/byte"
+        )
 
 
 if __name__ == "__main__":

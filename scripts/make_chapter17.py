@@ -30,10 +30,10 @@ DEFAULT_CONFIG = REPO / "configs" / "chapter17.toml"
 if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
-from minigpt.run import write_model_run  # noqa: E402
 from minigpt.chapter17 import build_model, chapter_model_config, check_table_17_1  # noqa: E402
 from minigpt.config import load_config, model_section_differences  # noqa: E402
 from minigpt.errors import MinigptError  # noqa: E402
+from minigpt.run import write_model_run  # noqa: E402
 from minigpt.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
 
 ALPHABET = "abc"  # one character per row of E
@@ -41,19 +41,21 @@ ALPHABET = "abc"  # one character per row of E
 
 def read_reference(path: Path) -> dict:
     if not path.is_file():
-        raise MinigptError(f"chapter reference {path} does not exist; pass --reference "
-                           f"path/to/chapter17-block.json")
+        raise MinigptError(f"chapter reference {path} does not exist; pass --reference path/to/chapter17-block.json")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
 def make(reference: Path, config: Path, out: Path | None) -> Path:
     ref = read_reference(reference)
     cfg = load_config(config)
-    differences = model_section_differences(dataclasses.asdict(cfg.model),
-                                            dataclasses.asdict(chapter_model_config(ref)))
+    differences = model_section_differences(
+        dataclasses.asdict(cfg.model), dataclasses.asdict(chapter_model_config(ref))
+    )
     if differences:
-        raise MinigptError(f"{config}: [model] disagrees with the chapter ({'; '.join(differences)} "
-                           f"(config != chapter)); fix the config")
+        raise MinigptError(
+            f"{config}: [model] disagrees with the chapter ({'; '.join(differences)} "
+            f"(config != chapter)); fix the config"
+        )
     model = build_model(cfg.model, ref)
     check_table_17_1(model, ref)
     tokenizer = TextTokenizer(train_tokenizer("char", 0, ALPHABET))
@@ -62,20 +64,31 @@ def make(reference: Path, config: Path, out: Path | None) -> Path:
     run_dir = Path(out) if out is not None else cfg.run_dir
     # The run folder's own config.toml: the same sections, with paths that hold wherever it lies.
     portable = dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, out=".", data=""),
-        source="configs/chapter17.toml via scripts/make_chapter17.py; teaching weights, nothing trained")
+        cfg,
+        train=dataclasses.replace(cfg.train, out=".", data=""),
+        source="configs/chapter17.toml via scripts/make_chapter17.py; teaching weights, nothing trained",
+    )
     write_model_run(run_dir, portable, model, tokenizer)
     return run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE,
-                        help=f"the chapter's numbers (default: {DEFAULT_REFERENCE})")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="config whose [model] section the weights must fit (default: configs/chapter17.toml)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run folder to write (default: the config's [train] out, data/chapter17)")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=DEFAULT_REFERENCE,
+        help=f"the chapter's numbers (default: {DEFAULT_REFERENCE})",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        help="config whose [model] section the weights must fit (default: configs/chapter17.toml)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run folder to write (default: the config's [train] out, data/chapter17)"
+    )
     args = parser.parse_args(argv)
     try:
         run_dir = make(args.reference, args.config, args.out)

@@ -36,14 +36,13 @@ from minigpt.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
 ALPHABET = "abcd"
 
 # Row vectors, as in the lesson: x @ W. Rows of E and P are tokens and positions.
-E = [[1.0, -0.5, 2.0, 0.5],     # a
-     [0.5, 1.0, -1.0, 1.5],     # b
-     [-1.0, 0.5, 0.5, -2.0],    # c
-     [0.0, -1.5, 1.0, 1.0]]     # d
-P = [[0.0, 0.0, 0.0, 0.0],
-     [0.25, 0.0, -0.25, 0.0],
-     [0.0, 0.25, 0.0, -0.25],
-     [-0.25, 0.25, 0.25, -0.25]]
+E = [
+    [1.0, -0.5, 2.0, 0.5],  # a
+    [0.5, 1.0, -1.0, 1.5],  # b
+    [-1.0, 0.5, 0.5, -2.0],  # c
+    [0.0, -1.5, 1.0, 1.0],
+]  # d
+P = [[0.0, 0.0, 0.0, 0.0], [0.25, 0.0, -0.25, 0.0], [0.0, 0.25, 0.0, -0.25], [-0.25, 0.25, 0.25, -0.25]]
 
 
 def pattern(rows: int, cols: int, a: int, b: int, modulus: int) -> list[list[float]]:
@@ -51,7 +50,7 @@ def pattern(rows: int, cols: int, a: int, b: int, modulus: int) -> list[list[flo
     return [[((a * i + b * j) % modulus - modulus // 2) / 4 for j in range(cols)] for i in range(rows)]
 
 
-W_QKV = pattern(4, 12, 5, 3, 7)   # [W_Q | W_K | W_V], 4 -> 4 each
+W_QKV = pattern(4, 12, 5, 3, 7)  # [W_Q | W_K | W_V], 4 -> 4 each
 W_O = pattern(4, 4, 3, 2, 5)
 W_GATE_VALUE = pattern(4, 6, 7, 2, 9)  # [W_gate | W_value], 4 -> 3 each
 W_DOWN = pattern(3, 4, 2, 3, 5)
@@ -60,12 +59,22 @@ W_DOWN = pattern(3, 4, 2, 3, 5)
 def build(config: Path) -> tuple:
     cfg = load_config(config)
     m = cfg.model
-    wanted = dict(n_layer=1, n_embd=4, ffn_hidden=3, norm="rmsnorm", activation="swiglu", bias=False,
-                  tie_embeddings=True, dtype="float64")
+    wanted = dict(
+        n_layer=1,
+        n_embd=4,
+        ffn_hidden=3,
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        tie_embeddings=True,
+        dtype="float64",
+    )
     wrong = {k: getattr(m, k) for k, v in wanted.items() if getattr(m, k) != v}
     if wrong or m.context != len(P):
-        raise MinigptError(f"{config}: [model] must describe the lesson's block ({wanted}, context {len(P)}); "
-                           f"it differs in {wrong or {'context': m.context}}")
+        raise MinigptError(
+            f"{config}: [model] must describe the lesson's block ({wanted}, context {len(P)}); "
+            f"it differs in {wrong or {'context': m.context}}"
+        )
     torch.manual_seed(0)  # every parameter is overwritten below; the seed only makes that obvious
     model = MiniGPT(m, vocab_size=len(E)).eval()
     block = model.blocks[0]
@@ -99,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make_lesson09: error: {exc}", file=sys.stderr)
         return 2
     run_dir = args.out if args.out is not None else cfg.run_dir
-    portable = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=".", data=""),
-                                   source="configs/lesson09.toml via scripts/make_lesson09.py; teaching weights")
+    portable = dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(cfg.train, out=".", data=""),
+        source="configs/lesson09.toml via scripts/make_lesson09.py; teaching weights",
+    )
     write_model_run(run_dir, portable, model, tokenizer)
     print(f"wrote {run_dir} (config.toml, tokenizer.json, checkpoint.pt)")
     return 0

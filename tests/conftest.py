@@ -83,8 +83,14 @@ def cli():
 
 def run_minigpt(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
     """`python -m minigpt ARGS` as a real process (inherits MINIGPT_CACHE from the fixture)."""
-    return subprocess.run([sys.executable, "-m", "minigpt", *[str(a) for a in args]], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ), **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "minigpt", *[str(a) for a in args]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -99,8 +105,9 @@ def train_tiny_run(folder: Path, *overrides: str) -> Path:
 
     (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
     (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    result = CliRunner().invoke(app, ["train", "-c", str(folder / "tiny.toml"), "--out", str(folder / "run"),
-                                      "--quiet", *overrides])
+    result = CliRunner().invoke(
+        app, ["train", "-c", str(folder / "tiny.toml"), "--out", str(folder / "run"), "--quiet", *overrides]
+    )
     assert result.exit_code == 0, result.output
     return folder / "run"
 

@@ -26,6 +26,7 @@ STAGES = ("norm1", "attention", "residual1", "norm2", "hidden", "ffn", "output")
 # ----------------------------------------------------------------------------------------------
 # scalar building blocks
 
+
 def zeros(n: int) -> list[float]:
     return [0.0 for _ in range(n)]
 
@@ -90,8 +91,10 @@ def softmax(scores: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------------------------
 # the sublayers, one sequence at a time
 
-def attention(rows: list[list[float]], qkv_weight, qkv_bias, out_weight, out_bias, n_head: int,
-              causal: bool = True) -> tuple[list[list[float]], list[list[list[float]]]]:
+
+def attention(
+    rows: list[list[float]], qkv_weight, qkv_bias, out_weight, out_bias, n_head: int, causal: bool = True
+) -> tuple[list[list[float]], list[list[list[float]]]]:
     """Multi-head self-attention over one sequence of T rows of width C.
 
     Returns (output rows [T][C], weights [H][T][T]); a masked (future) key gets weight 0.0."""
@@ -102,8 +105,8 @@ def attention(rows: list[list[float]], qkv_weight, qkv_bias, out_weight, out_bia
     d = C // n_head
     projected = [linear(row, qkv_weight, qkv_bias) for row in rows]  # [T][3C]
     q = [p[0:C] for p in projected]
-    k = [p[C:2 * C] for p in projected]
-    v = [p[2 * C:3 * C] for p in projected]
+    k = [p[C : 2 * C] for p in projected]
+    v = [p[2 * C : 3 * C] for p in projected]
     scale = math.sqrt(d)
 
     joined = [zeros(C) for _ in range(T)]
@@ -134,23 +137,30 @@ def attention(rows: list[list[float]], qkv_weight, qkv_bias, out_weight, out_bia
     return output, all_weights
 
 
-def block_forward(x: list[list[float]], block: dict, n_head: int, eps: float,
-                  causal: bool = True) -> dict:
+def block_forward(x: list[list[float]], block: dict, n_head: int, eps: float, causal: bool = True) -> dict:
     """One pre-norm block (chapter 17.5) over one sequence; returns every named stage."""
     norm1 = [layer_norm(row, block["norm1_gain"], block["norm1_bias"], eps) for row in x]
-    attn, weights = attention(norm1, block["qkv_weight"], block["qkv_bias"], block["out_weight"],
-                              block["out_bias"], n_head, causal)
+    attn, weights = attention(
+        norm1, block["qkv_weight"], block["qkv_bias"], block["out_weight"], block["out_bias"], n_head, causal
+    )
     residual1 = [add(x[t], attn[t]) for t in range(len(x))]
     norm2 = [layer_norm(row, block["norm2_gain"], block["norm2_bias"], eps) for row in residual1]
     hidden = [relu(linear(row, block["W1_weight"], block["W1_bias"])) for row in norm2]
     ffn = [linear(row, block["W2_weight"], block["W2_bias"]) for row in hidden]
     output = [add(residual1[t], ffn[t]) for t in range(len(x))]
-    return dict(norm1=norm1, attention=attn, residual1=residual1, norm2=norm2, hidden=hidden,
-                ffn=ffn, output=output, attention_weights=weights)
+    return dict(
+        norm1=norm1,
+        attention=attn,
+        residual1=residual1,
+        norm2=norm2,
+        hidden=hidden,
+        ffn=ffn,
+        output=output,
+        attention_weights=weights,
+    )
 
 
-def forward(weights: dict, ids: list[list[int]], n_head: int, eps: float = 1e-5,
-            causal: bool = True) -> dict:
+def forward(weights: dict, ids: list[list[int]], n_head: int, eps: float = 1e-5, causal: bool = True) -> dict:
     """The whole model on a batch of token-id lists.
 
     Returns {"input": [B][T][C], "blocks": [ {stage: [B][T][...], "attention_weights": [B][H][T][T]} ],
@@ -179,6 +189,7 @@ def forward(weights: dict, ids: list[list[int]], n_head: int, eps: float = 1e-5,
 # ----------------------------------------------------------------------------------------------
 # reading minigpt's parameter names (plain lists in, plain lists out: no torch here)
 
+
 def weights_from_state_dict(state: dict[str, list]) -> dict:
     """{minigpt parameter name: nested list} -> the structure `forward` reads. Missing biases
     (a model built with bias = false) become None."""
@@ -188,14 +199,27 @@ def weights_from_state_dict(state: dict[str, list]) -> dict:
     blocks = []
     for i in range(n_layer):
         p = f"blocks.{i}."
-        blocks.append(dict(
-            norm1_gain=state[p + "norm1.weight"], norm1_bias=state.get(p + "norm1.bias"),
-            qkv_weight=state[p + "attention.qkv.weight"], qkv_bias=state.get(p + "attention.qkv.bias"),
-            out_weight=state[p + "attention.out.weight"], out_bias=state.get(p + "attention.out.bias"),
-            norm2_gain=state[p + "norm2.weight"], norm2_bias=state.get(p + "norm2.bias"),
-            W1_weight=state[p + "ffn.W1.weight"], W1_bias=state.get(p + "ffn.W1.bias"),
-            W2_weight=state[p + "ffn.W2.weight"], W2_bias=state.get(p + "ffn.W2.bias"),
-        ))
-    return dict(token_table=state["token_table.weight"], position_table=state["position_table.weight"],
-                blocks=blocks, final_gain=state["final_norm.weight"], final_bias=state.get("final_norm.bias"),
-                head_weight=state["head.weight"])
+        blocks.append(
+            dict(
+                norm1_gain=state[p + "norm1.weight"],
+                norm1_bias=state.get(p + "norm1.bias"),
+                qkv_weight=state[p + "attention.qkv.weight"],
+                qkv_bias=state.get(p + "attention.qkv.bias"),
+                out_weight=state[p + "attention.out.weight"],
+                out_bias=state.get(p + "attention.out.bias"),
+                norm2_gain=state[p + "norm2.weight"],
+                norm2_bias=state.get(p + "norm2.bias"),
+                W1_weight=state[p + "ffn.W1.weight"],
+                W1_bias=state.get(p + "ffn.W1.bias"),
+                W2_weight=state[p + "ffn.W2.weight"],
+                W2_bias=state.get(p + "ffn.W2.bias"),
+            )
+        )
+    return dict(
+        token_table=state["token_table.weight"],
+        position_table=state["position_table.weight"],
+        blocks=blocks,
+        final_gain=state["final_norm.weight"],
+        final_bias=state.get("final_norm.bias"),
+        head_weight=state["head.weight"],
+    )

@@ -29,13 +29,15 @@ CANDIDATES = (
     HERE.parents[1] / "data" / "chapter17-block.json",
 )
 
+
 @pytest.fixture(scope="module")
 def chapter() -> dict:
     for path in CANDIDATES:
         if path.is_file():
             return json.loads(path.read_text(encoding="utf-8"))
-    pytest.skip("chapter17-block.json (the chapter's teaching weights) not found at "
-                + " or ".join(str(p) for p in CANDIDATES))
+    pytest.skip(
+        "chapter17-block.json (the chapter's teaching weights) not found at " + " or ".join(str(p) for p in CANDIDATES)
+    )
 
 
 def _t(rows) -> torch.Tensor:
@@ -63,8 +65,8 @@ def test_teaching_weights_are_loaded_exactly(teaching_model, chapter):
     qkv = block.attention.qkv.weight
     # the model's x @ weight.T must be the chapter's x @ W for every matrix
     assert qkv[0:C].T.tolist() == chapter["W_Q"]
-    assert qkv[C:2 * C].T.tolist() == chapter["W_K"]
-    assert qkv[2 * C:3 * C].T.tolist() == chapter["W_V"]
+    assert qkv[C : 2 * C].T.tolist() == chapter["W_K"]
+    assert qkv[2 * C : 3 * C].T.tolist() == chapter["W_V"]
     assert block.attention.out.weight.T.tolist() == chapter["W_O"]
     assert block.ffn.W1.weight.T.tolist() == chapter["W_1"]
     assert block.ffn.W2.weight.T.tolist() == chapter["W_2"]
@@ -83,8 +85,15 @@ def test_first_position_row_matches_table_17_1(trace, chapter, table_name):
 
 
 def test_table_shapes_are_three_by_two_except_hidden(trace):
-    for name in ("input", "blocks.0.norm1", "blocks.0.attention", "blocks.0.residual1",
-                 "blocks.0.norm2", "blocks.0.ffn", "blocks.0.output"):
+    for name in (
+        "input",
+        "blocks.0.norm1",
+        "blocks.0.attention",
+        "blocks.0.residual1",
+        "blocks.0.norm2",
+        "blocks.0.ffn",
+        "blocks.0.output",
+    ):
         assert list(trace[name].shape) == [1, 3, 2], name
     assert list(trace["blocks.0.hidden"].shape) == [1, 3, 3]
 
@@ -145,15 +154,27 @@ def test_scalar_reference_alone_reproduces_table_17_1(chapter):
 
     C = 2
     block = dict(
-        norm1_gain=[1.0] * C, norm1_bias=[0.0] * C, norm2_gain=[1.0] * C, norm2_bias=[0.0] * C,
+        norm1_gain=[1.0] * C,
+        norm1_bias=[0.0] * C,
+        norm2_gain=[1.0] * C,
+        norm2_bias=[0.0] * C,
         qkv_weight=transpose(chapter["W_Q"]) + transpose(chapter["W_K"]) + transpose(chapter["W_V"]),
-        qkv_bias=None, out_weight=transpose(chapter["W_O"]), out_bias=None,
-        W1_weight=transpose(chapter["W_1"]), W1_bias=chapter["b_1"],
-        W2_weight=transpose(chapter["W_2"]), W2_bias=chapter["b_2"],
+        qkv_bias=None,
+        out_weight=transpose(chapter["W_O"]),
+        out_bias=None,
+        W1_weight=transpose(chapter["W_1"]),
+        W1_bias=chapter["b_1"],
+        W2_weight=transpose(chapter["W_2"]),
+        W2_bias=chapter["b_2"],
     )
-    weights = dict(token_table=chapter["E_token_table"], position_table=chapter["P_position_table"],
-                   blocks=[block], final_gain=[1.0] * C, final_bias=[0.0] * C,
-                   head_weight=[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    weights = dict(
+        token_table=chapter["E_token_table"],
+        position_table=chapter["P_position_table"],
+        blocks=[block],
+        final_gain=[1.0] * C,
+        final_bias=[0.0] * C,
+        head_weight=[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+    )
     ref = reference.forward(weights, [chapter["token_ids"]], n_head=2, eps=chapter["eps"])
     Y = ref["blocks"][0]["output"][0]
     assert [[round(v, 6) for v in row] for row in Y] == chapter["block_output_Y_rounded_6"]

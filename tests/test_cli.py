@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["train", "--steps", "abc"], "minigpt: error: Invalid value for '--steps': "),
-    (["train", "--bogus"], "minigpt: error: No such option: --bogus"),
-    (["trace", "-p", "x", "--position", "abc"], "minigpt: error: Invalid value for '--position': "),
-    (["nosuch"], "minigpt: error: No such command 'nosuch'; see '"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["train", "--steps", "abc"], "minigpt: error: Invalid value for '--steps': "),
+        (["train", "--bogus"], "minigpt: error: No such option: --bogus"),
+        (["trace", "-p", "x", "--position", "abc"], "minigpt: error: Invalid value for '--position': "),
+        (["nosuch"], "minigpt: error: No such command 'nosuch'; see '"),
+    ],
+)
 def test_a_command_line_mistake_is_one_line_and_exit_2(minigpt_process, args, expected):
     result = minigpt_process(*args)
     assert result.returncode == 2

@@ -37,6 +37,7 @@ def refusal(*args) -> str:
 # ----------------------------------------------------------------------------------------------
 # the shipped default
 
+
 def test_default_config_has_the_documented_model():
     cfg = load_config()
     m = cfg.model
@@ -66,6 +67,7 @@ def test_loading_the_default_by_path_equals_loading_it_by_none():
 # ----------------------------------------------------------------------------------------------
 # strict keys, types and values
 
+
 def test_unknown_key_is_refused_with_file_section_key_and_suggestion(tmp_path):
     path = write_config(tmp_path, "[model]\nn_layers = 2\n")
     message = refusal(path)
@@ -89,8 +91,15 @@ def test_wrong_type_is_refused(tmp_path):
     assert "integer" in message
 
 
-@pytest.mark.parametrize("text", ["[model]\nn_layer = 2.0\n", "[model]\nn_layer = true\n",
-                                  "[model]\nbias = 1\n", '[train]\nlearning_rate = "fast"\n'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[model]\nn_layer = 2.0\n",
+        "[model]\nn_layer = true\n",
+        "[model]\nbias = 1\n",
+        '[train]\nlearning_rate = "fast"\n',
+    ],
+)
 def test_near_miss_types_are_refused(tmp_path, text):
     refusal(write_config(tmp_path, text))
 
@@ -115,13 +124,16 @@ def test_unknown_activation_lists_the_choices(tmp_path):
         assert choice in message
 
 
-@pytest.mark.parametrize("text, words", [
-    ("[model]\ndropout = 1.0\n", ("dropout", "below 1")),
-    ("[model]\nnorm_eps = 0.0\n", ("norm_eps", "greater than 0")),
-    ("[sample]\ntop_p = 1.5\n", ("top_p", "at most 1")),
-    ("[train]\nmin_lr = 0.01\nlearning_rate = 0.001\n", ("min_lr", "learning_rate")),
-    ('[tokenizer]\nkind = "bpe"\nvocab_size = 256\n', ("vocab_size", "257")),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[model]\ndropout = 1.0\n", ("dropout", "below 1")),
+        ("[model]\nnorm_eps = 0.0\n", ("norm_eps", "greater than 0")),
+        ("[sample]\ntop_p = 1.5\n", ("top_p", "at most 1")),
+        ("[train]\nmin_lr = 0.01\nlearning_rate = 0.001\n", ("min_lr", "learning_rate")),
+        ('[tokenizer]\nkind = "bpe"\nvocab_size = 256\n', ("vocab_size", "257")),
+    ],
+)
 def test_out_of_range_values_are_refused(tmp_path, text, words):
     message = refusal(write_config(tmp_path, text))
     for word in words:
@@ -143,6 +155,7 @@ def test_partial_file_keeps_defaults_for_the_rest(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # --set overrides
 
+
 def test_set_override_changes_the_value():
     cfg = load_config(None, ["model.n_layer=2", "tokenizer.kind=char", "sample.temperature=0.5"])
     assert cfg.model.n_layer == 2
@@ -162,13 +175,16 @@ def test_set_override_with_bad_value_names_the_override():
     assert "integer" in message
 
 
-@pytest.mark.parametrize("override, words", [
-    ("model.context=0", ("--set model.context=0", "at least 1")),
-    ("model.activation=tanh", ("--set model.activation=tanh", "swiglu")),
-    ("model.n_layers=2", ("--set model.n_layers=2", "did you mean 'n_layer'")),
-    ("modle.n_layer=2", ("--set modle.n_layer=2", "'model'")),
-    ("model.n_embd=130", ("130", "divisible")),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("model.context=0", ("--set model.context=0", "at least 1")),
+        ("model.activation=tanh", ("--set model.activation=tanh", "swiglu")),
+        ("model.n_layers=2", ("--set model.n_layers=2", "did you mean 'n_layer'")),
+        ("modle.n_layer=2", ("--set modle.n_layer=2", "'model'")),
+        ("model.n_embd=130", ("130", "divisible")),
+    ],
+)
 def test_set_overrides_are_validated_like_the_file(override, words):
     message = refusal(None, [override])
     for word in words:
@@ -192,14 +208,27 @@ def test_override_path_resolves_against_the_current_directory(tmp_path, monkeypa
 # ----------------------------------------------------------------------------------------------
 # to_toml and relative paths
 
-@pytest.mark.parametrize("prompt", [
-    'He said "ho!"\nand then \\ left — ü',
-    "tab\there",
-    "delete\x7fcharacter",  # U+007F must be escaped in a TOML basic string
-], ids=["quotes-newline-backslash-unicode", "tab", "delete-character"])
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        'He said "ho!"\nand then \\ left — ü',
+        "tab\there",
+        "delete\x7fcharacter",  # U+007F must be escaped in a TOML basic string
+    ],
+    ids=["quotes-newline-backslash-unicode", "tab", "delete-character"],
+)
 def test_to_toml_round_trips(tmp_path, prompt):
-    cfg = load_config(None, ["model.n_layer=2", "model.norm_eps=1e-6", "model.tie_embeddings=true",
-                             "train.learning_rate=3e-4", "train.out=runs/x"])
+    cfg = load_config(
+        None,
+        [
+            "model.n_layer=2",
+            "model.norm_eps=1e-6",
+            "model.tie_embeddings=true",
+            "train.learning_rate=3e-4",
+            "train.out=runs/x",
+        ],
+    )
     cfg.sample.prompt = prompt
     path = write_config(tmp_path, cfg.to_toml(), name="resolved.toml")
     again = load_config(path)

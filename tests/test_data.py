@@ -24,22 +24,26 @@ def corpus_with_messages(config, *overrides):
 # ----------------------------------------------------------------------------------------------
 # reading and splitting
 
+
 def test_read_text_returns_the_text_and_the_sha256_of_its_bytes(tmp_path):
     path = tmp_path / "t.txt"
-    raw = "héllo\r\nwörld 🙂\n".encode("utf-8")
+    raw = "héllo\r\nwörld 🙂\n".encode()
     path.write_bytes(raw)
     text, sha = read_text(path)
     assert text == raw.decode("utf-8")  # line endings untouched
     assert sha == hashlib.sha256(raw).hexdigest()
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, "does not exist"),
-    (b"", "is empty"),
-    (b"text\x00more", "looks binary (NUL byte at offset 4)"),
-    (b"caf\xc3\xa9 ok \xff rest", "not UTF-8: invalid byte 0xff at offset 9"),
-    (b"truncated \xe6\x97", "at offset 10"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b"text\x00more", "looks binary (NUL byte at offset 4)"),
+        (b"caf\xc3\xa9 ok \xff rest", "not UTF-8: invalid byte 0xff at offset 9"),
+        (b"truncated \xe6\x97", "at offset 10"),
+    ],
+)
 def test_read_text_refuses_what_cannot_be_a_training_text(tmp_path, content, expected):
     path = tmp_path / "t.txt"
     if content is not None:
@@ -71,8 +75,11 @@ def test_bpe_is_fitted_on_the_training_split_only(tmp_path):
     assert split_text(text, 0.2) == (head, tail)
     (tmp_path / "t.txt").write_text(text, encoding="utf-8")
     config = tmp_path / "c.toml"
-    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "bpe"\nvocab_size = 300\n'
-                      '[train]\ndata = "t.txt"\nval_fraction = 0.2\n', encoding="utf-8")
+    config.write_text(
+        '[model]\ncontext = 8\n[tokenizer]\nkind = "bpe"\nvocab_size = 300\n'
+        '[train]\ndata = "t.txt"\nval_fraction = 0.2\n',
+        encoding="utf-8",
+    )
 
     # Control: fitted on the whole text, the tail's word is merged into fewer tokens.
     everything = TextTokenizer(train_tokenizer("bpe", 300, text))
@@ -81,8 +88,7 @@ def test_bpe_is_fitted_on_the_training_split_only(tmp_path):
     corpus, _ = corpus_with_messages(config)
     tok = corpus.tokenizer
     assert len(tok.encode(" zyxwvu")) == 7  # one byte token each: no merge ever saw these letters
-    assert not any(set(piece.decode("latin-1")) & set("nopqrstuvwxyz") and len(piece) > 1
-                   for piece in tok.pieces)
+    assert not any(set(piece.decode("latin-1")) & set("nopqrstuvwxyz") and len(piece) > 1 for piece in tok.pieces)
     # The head was still merged (the tokenizer did learn something).
     assert len(tok.encode("abc defg hij klm ")) < 8
     assert tok.decode([int(i) for i in corpus.val_ids]) == tail
@@ -91,8 +97,7 @@ def test_bpe_is_fitted_on_the_training_split_only(tmp_path):
 def test_char_corpus_refuses_validation_characters_the_training_part_never_uses(tmp_path):
     (tmp_path / "t.txt").write_text("abcd" * 100 + "é" * 20 + "abcd" * 5, encoding="utf-8")
     config = tmp_path / "c.toml"
-    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "char"\n[train]\ndata = "t.txt"\n',
-                      encoding="utf-8")
+    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "char"\n[train]\ndata = "t.txt"\n', encoding="utf-8")
     with pytest.raises(MinigptError) as excinfo:
         load_corpus(load_config(config))
     assert "'é'" in str(excinfo.value) and "validation tail" in str(excinfo.value)
@@ -102,8 +107,7 @@ def test_corpus_counts_bytes_for_bits_per_byte(tmp_path):
     text = "ab é " * 100
     (tmp_path / "t.txt").write_text(text, encoding="utf-8")
     config = tmp_path / "c.toml"
-    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "char"\n[train]\ndata = "t.txt"\n',
-                      encoding="utf-8")
+    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "char"\n[train]\ndata = "t.txt"\n', encoding="utf-8")
     corpus = load_corpus(load_config(config))
     head, tail = split_text(text, 0.1)
     assert corpus.train_bytes == len(head.encode("utf-8")) and corpus.val_bytes == len(tail.encode("utf-8"))
@@ -113,6 +117,7 @@ def test_corpus_counts_bytes_for_bits_per_byte(tmp_path):
 
 # ----------------------------------------------------------------------------------------------
 # the token cache
+
 
 def test_cache_lives_under_minigpt_cache(isolated_cache, tiny_config):
     assert cache_root() == isolated_cache
@@ -137,8 +142,7 @@ def test_second_load_is_a_memory_mapped_cache_hit_with_identical_ids(tiny_config
     assert second.train_ids.dtype == first.train_ids.dtype
     # The reloaded tokenizer is the same one (a resume compares this fingerprint).
     assert second.tokenizer.fingerprint() == first.tokenizer.fingerprint()
-    assert (second.sha256, second.train_bytes, second.val_bytes) == (first.sha256, first.train_bytes,
-                                                                     first.val_bytes)
+    assert (second.sha256, second.train_bytes, second.val_bytes) == (first.sha256, first.train_bytes, first.val_bytes)
 
 
 def test_cache_hit_for_bpe_keeps_the_tokenizer_fingerprint(tiny_config):
@@ -150,27 +154,32 @@ def test_cache_hit_for_bpe_keeps_the_tokenizer_fingerprint(tiny_config):
     assert np.array_equal(first.train_ids, second.train_ids)
 
 
-@pytest.mark.parametrize("change", [
-    "content",
-    "tokenizer.kind=byte",
-    "tokenizer.vocab_size=300",
-    "train.val_fraction=0.2",
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "content",
+        "tokenizer.kind=byte",
+        "tokenizer.vocab_size=300",
+        "train.val_fraction=0.2",
+    ],
+)
 def test_any_change_of_text_or_tokenizer_settings_misses_the_cache(tiny_config, tiny_text, change):
     base = ["tokenizer.kind=bpe", "tokenizer.vocab_size=280"] if "vocab_size" in change else []
     first, _ = corpus_with_messages(tiny_config, *base)
     overrides = list(base)
     if change == "content":
-        tiny_text.write_text(tiny_text.read_text(encoding="utf-8").replace("Citizen", "Citizens", 1),
-                             encoding="utf-8")
+        tiny_text.write_text(tiny_text.read_text(encoding="utf-8").replace("Citizen", "Citizens", 1), encoding="utf-8")
     else:
         overrides.append(change)
     second, messages = corpus_with_messages(tiny_config, *overrides)
     assert not any("cache hit" in m for m in messages), messages
     assert any("fitted" in m for m in messages)
     # The new result is not the old one read back.
-    assert (second.sha256 != first.sha256 or second.tokenizer.fingerprint() != first.tokenizer.fingerprint()
-            or len(second.val_ids) != len(first.val_ids))
+    assert (
+        second.sha256 != first.sha256
+        or second.tokenizer.fingerprint() != first.tokenizer.fingerprint()
+        or len(second.val_ids) != len(first.val_ids)
+    )
     # And the old entry still hits.
     _, messages = corpus_with_messages(tiny_config, *base)
     if change != "content":
@@ -180,8 +189,7 @@ def test_any_change_of_text_or_tokenizer_settings_misses_the_cache(tiny_config, 
 def test_text_shorter_than_one_window_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text("ab" * 10, encoding="utf-8")
     config = tmp_path / "c.toml"
-    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "char"\n[train]\ndata = "t.txt"\n',
-                      encoding="utf-8")
+    config.write_text('[model]\ncontext = 8\n[tokenizer]\nkind = "char"\n[train]\ndata = "t.txt"\n', encoding="utf-8")
     with pytest.raises(MinigptError) as excinfo:
         load_corpus(load_config(config))
     message = str(excinfo.value)
@@ -191,6 +199,7 @@ def test_text_shorter_than_one_window_is_refused(tmp_path):
 
 # ----------------------------------------------------------------------------------------------
 # batches
+
 
 def test_batches_are_next_token_windows_from_the_split():
     ids = np.arange(100, dtype=np.uint16)

@@ -79,14 +79,15 @@ def worker(folder: Path, out: Path, pace: float = 0.0) -> tuple[list[str], dict]
     script = folder / "worker.py"
     script.write_text(WORKER, encoding="utf-8")
     out.mkdir(parents=True, exist_ok=True)
-    return ([*launcher(), str(script)],
-            {**os.environ, "OMP_NUM_THREADS": "1", "WORKER_OUT": str(out), "WORKER_PACE": str(pace)})
+    return (
+        [*launcher(), str(script)],
+        {**os.environ, "OMP_NUM_THREADS": "1", "WORKER_OUT": str(out), "WORKER_PACE": str(pace)},
+    )
 
 
 def run_worker(folder: Path, out: Path, *args) -> subprocess.CompletedProcess:
     command, env = worker(folder, out)
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=folder,
-                          env=env)
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=folder, env=env)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -120,11 +121,14 @@ def runs(tmp_path_factory):
     (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
     (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
     (folder / "out").mkdir()
-    two = run_worker(folder, folder / "worker-two", "train", "-c", folder / "tiny.toml", "--out",
-                     folder / "out" / "two", *COMMON)
+    two = run_worker(
+        folder, folder / "worker-two", "train", "-c", folder / "tiny.toml", "--out", folder / "out" / "two", *COMMON
+    )
     assert two.returncode == 0, two.stderr[-3000:]
-    one = CliRunner().invoke(app, ["train", "-c", folder / "tiny.toml", "--out", folder / "out" / "one", *COMMON,
-                                   "--set", "train.batch_size=8"])
+    one = CliRunner().invoke(
+        app,
+        ["train", "-c", folder / "tiny.toml", "--out", folder / "out" / "one", *COMMON, "--set", "train.batch_size=8"],
+    )
     assert one.exit_code == 0, one.output
     return folder
 
@@ -156,8 +160,13 @@ def test_gradients_are_exchanged_once_per_step_not_on_every_micro_batch(runs):
 
 def test_one_run_folder_is_written_and_it_samples_in_one_process(runs, cli):
     assert sorted(p.name for p in (runs / "out").iterdir()) == ["one", "two"]  # no lock or stray files
-    assert {p.name for p in (runs / "out" / "two").iterdir()} == {"config.toml", "tokenizer.json", "checkpoint.pt",
-                                                                  "metrics.jsonl", "best.pt"}
+    assert {p.name for p in (runs / "out" / "two").iterdir()} == {
+        "config.toml",
+        "tokenizer.json",
+        "checkpoint.pt",
+        "metrics.jsonl",
+        "best.pt",
+    }
     result = cli("sample", "--run", runs / "out" / "two", "-n", "10", "-p", "The")
     assert result.exit_code == 0, result.output
 
@@ -190,19 +199,39 @@ def test_a_second_machine_needs_only_the_training_text(runs, tmp_path):
         (home / "never_fits.py").write_text(NEVER_FITS, encoding="utf-8")
         # machine 0 runs minigpt as it is; machine 1 fails the run if it ever fits a tokenizer
         program = ["-m", "minigpt"] if node == 0 else ["never_fits.py"]
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}",
-             "--master-addr=127.0.0.1", f"--master-port={port}", *program, "train", "-c", "tiny.toml",
-             "--out", "run", *COMMON], cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "MINIGPT_CACHE": str(home / "cache")}))
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes=2",
+                    "--nproc-per-node=1",
+                    f"--node-rank={node}",
+                    "--master-addr=127.0.0.1",
+                    f"--master-port={port}",
+                    *program,
+                    "train",
+                    "-c",
+                    "tiny.toml",
+                    "--out",
+                    "run",
+                    *COMMON,
+                ],
+                cwd=home,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1", "MINIGPT_CACHE": str(home / "cache")},
+            )
+        )
     for process in processes:
         _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
     one, other = tmp_path / "machine0", tmp_path / "machine1"
     assert not (other / "run").exists()
     assert [p.name for p in (other / "cache").glob("*/*")] != []  # its own cache, encoded with rank 0's tokenizer
-    assert (next((other / "cache").glob("*/tokenizer.json")).read_text() ==
-            (one / "run" / "tokenizer.json").read_text())
+    assert next((other / "cache").glob("*/tokenizer.json")).read_text() == (one / "run" / "tokenizer.json").read_text()
     assert_close(weights(one / "run" / "checkpoint.pt"), weights(runs / "out" / "two" / "checkpoint.pt"), atol=0)
 
 
@@ -224,8 +253,14 @@ def test_sigterm_stops_both_ranks_and_the_run_resumes_under_torchrun_or_in_one_p
     doubled ends equal to it too (up to reduction order)."""
     run = tmp_path / "interrupted"
     command, env = worker(runs, tmp_path / "worker-interrupted", pace=0.05)
-    process = subprocess.Popen([*command, "train", "-c", str(runs / "tiny.toml"), "--out", str(run), *COMMON[1:]],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=runs, env=env)
+    process = subprocess.Popen(
+        [*command, "train", "-c", str(runs / "tiny.toml"), "--out", str(run), *COMMON[1:]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=runs,
+        env=env,
+    )
     stderr = interrupt_once_training(process, run, signal.SIGTERM, children=True)  # once step 5 is logged
     assert process.returncode != 0
     said = [line for line in stderr.splitlines() if line.startswith("interrupted at step")]
@@ -242,7 +277,10 @@ def test_sigterm_stops_both_ranks_and_the_run_resumes_under_torchrun_or_in_one_p
     shutil.copytree(run, in_one)
 
     resume = shlex.split(found[3])
-    assert resume[:4] == ["torchrun", "--standalone", "--nproc_per_node=2", "-m"] and resume[4:6] == ["minigpt", "train"]
+    assert resume[:4] == ["torchrun", "--standalone", "--nproc_per_node=2", "-m"] and resume[4:6] == [
+        "minigpt",
+        "train",
+    ]
     assert resume[-1] == "--resume"
     again = run_worker(runs, tmp_path / "worker-resumed", *resume[5:])  # the same arguments, through WORKER
     assert again.returncode == 0, again.stderr[-3000:]
@@ -270,14 +308,33 @@ main()
 """
 
 
-@pytest.mark.parametrize("mistake, said", [
-    ([], "already holds a run"),  # found by rank 0 alone: its folder
-    (["--steps", "abc"], "Invalid value for '--steps': 'abc' is not a valid int"),  # every rank's command line
-])
+@pytest.mark.parametrize(
+    "mistake, said",
+    [
+        ([], "already holds a run"),  # found by rank 0 alone: its folder
+        (["--steps", "abc"], "Invalid value for '--steps': 'abc' is not a valid int"),  # every rank's command line
+    ],
+)
 def test_a_refusal_stops_every_rank_with_one_line(runs, mistake, said):
-    result = subprocess.run([*launcher(), "-m", "minigpt", "train", "-c", runs / "tiny.toml", "--out",
-                             runs / "out" / "two", *COMMON, *mistake], capture_output=True, text=True, timeout=300,
-                            cwd=runs, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [
+            *launcher(),
+            "-m",
+            "minigpt",
+            "train",
+            "-c",
+            runs / "tiny.toml",
+            "--out",
+            runs / "out" / "two",
+            *COMMON,
+            *mistake,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=runs,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode != 0
     refusals = [line for line in result.stderr.splitlines() if "minigpt: error:" in line]
     assert len(refusals) == 1 and said in refusals[0], result.stderr[-3000:]
@@ -287,8 +344,14 @@ def run_script(tmp_path: Path, runs: Path, text: str, *args) -> tuple[subprocess
     """`text` as a script under torchrun with ARGS; its result and the refusal lines it printed."""
     script = tmp_path / "script.py"
     script.write_text(text, encoding="utf-8")
-    result = subprocess.run([*launcher(), str(script), *map(str, args)], capture_output=True, text=True, timeout=120,
-                            cwd=runs, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [*launcher(), str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=runs,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode != 0
     # torchrun reports a failed rank with a traceback of its own; no rank's code may fail
     assert "internal error" not in result.stderr and not re.search(r'File ".*minigpt', result.stderr)
@@ -299,8 +362,9 @@ def run_script(tmp_path: Path, runs: Path, text: str, *args) -> tuple[subprocess
 
 def test_a_refusal_on_another_rank_stops_every_rank_before_anything_is_written(runs, tmp_path):
     run = tmp_path / "never"
-    _, refusals = run_script(tmp_path, runs, RANK1_TEXT_DIFFERS, "train", "-c", runs / "tiny.toml", "--out", run,
-                             *COMMON)
+    _, refusals = run_script(
+        tmp_path, runs, RANK1_TEXT_DIFFERS, "train", "-c", runs / "tiny.toml", "--out", run, *COMMON
+    )
     assert re.search(r"rank 1 \(on .+\): training text .+ is not the text rank 0 trains on", refusals[0])
     assert not run.exists() and not list(tmp_path.glob(".never*"))  # no run folder, no lock file left
 
@@ -324,8 +388,9 @@ def test_a_write_error_on_rank_0_mid_run_stops_every_rank_with_one_line(runs, tm
     """Only rank 0 writes; when a checkpoint cannot be written the ranks agree to stop at that
     step's end, instead of the others waiting for a gradient exchange rank 0 never joins."""
     run = tmp_path / "full"
-    _, refusals = run_script(tmp_path, runs, DISK_FULL_AT_STEP_20, "train", "-c", runs / "tiny.toml", "--out", run,
-                             *COMMON)
+    _, refusals = run_script(
+        tmp_path, runs, DISK_FULL_AT_STEP_20, "train", "-c", runs / "tiny.toml", "--out", run, *COMMON
+    )
     assert f"could not write to the run folder {run} (No space left on device)" in refusals[0]
     assert "its last checkpoint (step 10) is intact" in refusals[0]
     assert "torchrun --standalone --nproc_per_node=2 -m minigpt train" in refusals[0]
@@ -344,10 +409,14 @@ main()
 
 def test_a_config_that_differs_on_another_rank_is_refused_in_one_line(runs, tmp_path):
     run = tmp_path / "never"
-    _, refusals = run_script(tmp_path, runs, RANK1_STEPS_DIFFER, "train", "-c", runs / "tiny.toml", "--out", run,
-                             *COMMON)
-    assert re.search(r"rank 1 \(on .+\): the config here differs from rank 0's \(\[train\] steps: 10 != 20 "
-                     r"\(here != rank 0\)\); launch every process with the same config", refusals[0]), refusals
+    _, refusals = run_script(
+        tmp_path, runs, RANK1_STEPS_DIFFER, "train", "-c", runs / "tiny.toml", "--out", run, *COMMON
+    )
+    assert re.search(
+        r"rank 1 \(on .+\): the config here differs from rank 0's \(\[train\] steps: 10 != 20 "
+        r"\(here != rank 0\)\); launch every process with the same config",
+        refusals[0],
+    ), refusals
     assert not run.exists()
 
 
@@ -366,8 +435,9 @@ main()
 def test_a_write_error_on_rank_0_before_the_first_step_stops_every_rank_with_one_line(runs, tmp_path):
     """Opening the metrics log (rewritten on --resume) fails on rank 0 alone: agreed, not a hang."""
     run = tmp_path / "full"
-    _, refusals = run_script(tmp_path, runs, DISK_FULL_OPENING_THE_METRICS_LOG, "train", "-c", runs / "tiny.toml",
-                             "--out", run, *COMMON)
+    _, refusals = run_script(
+        tmp_path, runs, DISK_FULL_OPENING_THE_METRICS_LOG, "train", "-c", runs / "tiny.toml", "--out", run, *COMMON
+    )
     assert f"could not write to the run folder {run} (No space left on device)" in refusals[0]
     assert "its last checkpoint (step 0) is intact" in refusals[0]
 
@@ -377,9 +447,14 @@ def test_muon_on_two_ranks_computes_what_one_process_computes(runs, cli, tmp_pat
     difference in summation order: after 20 steps weights differ by a few 1e-3 (as much as one
     process on 1 and on 2 threads), while the validation losses agree within 1e-4."""
     muon = [*COMMON, "--set", 'train.optimizer="muon"']
-    two = subprocess.run([*launcher(), "-m", "minigpt", "train", "-c", runs / "tiny.toml", "--out", tmp_path / "two",
-                          *muon], capture_output=True, text=True, timeout=300, cwd=runs,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    two = subprocess.run(
+        [*launcher(), "-m", "minigpt", "train", "-c", runs / "tiny.toml", "--out", tmp_path / "two", *muon],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=runs,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     one = cli("train", "-c", runs / "tiny.toml", "--out", tmp_path / "one", *muon, "--set", "train.batch_size=8")
     assert one.exit_code == 0, one.output

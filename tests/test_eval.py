@@ -75,13 +75,16 @@ def test_per_token_writes_one_line_per_scored_token(trained, cli, tmp_path):
     assert sum(r["surprisal_bits"] for r in lines) / len(lines) == pytest.approx(got["nats_per_token"] / math.log(2))
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, "does not exist"),
-    (b"", "is empty"),
-    ("dir", "is a directory"),
-    (b"hello \xff world", "is not UTF-8: invalid byte 0xff at offset 6"),
-    ("\u00e9\u00e9\u00e9".encode("utf-8"), "the char tokenizer never saw"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        ("dir", "is a directory"),
+        (b"hello \xff world", "is not UTF-8: invalid byte 0xff at offset 6"),
+        ("\u00e9\u00e9\u00e9".encode("utf-8"), "the char tokenizer never saw"),
+    ],
+)
 def test_bad_files_are_refused_in_one_line(trained, cli, tmp_path, content, expected):
     path = tmp_path / "input"
     if content == "dir":

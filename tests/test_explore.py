@@ -23,8 +23,13 @@ LESSON_RUN = REPO / "data" / "lesson09"
 
 @pytest.fixture(scope="module")
 def server():
-    process = subprocess.Popen([sys.executable, "-m", "minigpt", "explore", "--run", str(LESSON_RUN), "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "minigpt", "explore", "--run", str(LESSON_RUN), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), (url, process.stderr.read() if process.poll() is not None else "")
@@ -50,8 +55,12 @@ def post(url: str, body: bytes) -> tuple[int, dict]:
 
 
 def cli_compare(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "minigpt", "trace", "--run", str(LESSON_RUN), "--json", *args],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "minigpt", "trace", "--run", str(LESSON_RUN), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -68,15 +77,18 @@ def test_the_api_answers_what_trace_json_prints(server):
         assert b"minigpt explore" in response.read()
 
 
-@pytest.mark.parametrize("body, message", [
-    (b"not json", "malformed request"),
-    (json.dumps({"prompt": "ab", "scale": ["7.attention=0"]}).encode(), "block 7 does not exist"),
-    (json.dumps({"prompt": "ab", "ablate_head": ["0.5"]}).encode(), "head 5 does not exist"),
-    (json.dumps({"prompt": "ab", "set_input": "1,2"}).encode(), "the model's width is 4"),
-    (json.dumps({"prompt": "ab", "position": 9}).encode(), "--position 9 is beyond the prompt"),
-    (json.dumps({"prompt": "xyz"}).encode(), "char tokenizer never saw"),
-    (json.dumps(["a list"]).encode(), "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"not json", "malformed request"),
+        (json.dumps({"prompt": "ab", "scale": ["7.attention=0"]}).encode(), "block 7 does not exist"),
+        (json.dumps({"prompt": "ab", "ablate_head": ["0.5"]}).encode(), "head 5 does not exist"),
+        (json.dumps({"prompt": "ab", "set_input": "1,2"}).encode(), "the model's width is 4"),
+        (json.dumps({"prompt": "ab", "position": 9}).encode(), "--position 9 is beyond the prompt"),
+        (json.dumps({"prompt": "xyz"}).encode(), "char tokenizer never saw"),
+        (json.dumps(["a list"]).encode(), "must be a JSON object"),
+    ],
+)
 def test_bad_requests_get_a_400_with_trace_s_message_and_the_server_keeps_serving(server, body, message):
     status, data = post(server, body)
     assert status == 400 and message in data["error"], data
@@ -85,8 +97,12 @@ def test_bad_requests_get_a_400_with_trace_s_message_and_the_server_keeps_servin
 
 def test_a_port_in_use_is_refused_in_one_line(server):
     port = server.rsplit(":", 1)[1].strip("/")
-    done = subprocess.run([sys.executable, "-m", "minigpt", "explore", "--run", str(LESSON_RUN), "--port", port],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "minigpt", "explore", "--run", str(LESSON_RUN), "--port", port],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"cannot serve on 127.0.0.1:{port}" in done.stderr
 
@@ -122,18 +138,22 @@ def test_in_a_browser_the_attention_slider_shows_what_trace_compare_prints(serve
         wait.until(lambda p: len(p.find_elements(By.CSS_SELECTOR, "#tokens .chip")) == 3)
         page.find_element(By.CSS_SELECTOR, '#tokens .chip[data-position="1"]').click()
         wait.until(lambda p: p.find_elements(By.CSS_SELECTOR, '#tokens .chip.traced[data-position="1"]'))
-        page.execute_script("const s = document.getElementById('scale-attention-0');"
-                            "s.value = 0; s.dispatchEvent(new Event('input'));")
+        page.execute_script(
+            "const s = document.getElementById('scale-attention-0');s.value = 0; s.dispatchEvent(new Event('input'));"
+        )
         wait.until(lambda p: p.find_elements(By.ID, "kl"))
 
         expected = cli_compare("-p", "dab", "--position", "1", "--scale", "0.attention=0", "--compare")
         shown = json.loads(page.find_element(By.ID, "row-after-0-output").get_attribute("data-row"))
         assert shown == expected["after"]["blocks"][0]["stages"]["output"]
-        assert json.loads(page.find_element(By.ID, "row-after-0-residual1").get_attribute("data-row")) == \
-            expected["after"]["input"]["row"]  # attention scale 0: residual1 is the input
+        assert (
+            json.loads(page.find_element(By.ID, "row-after-0-residual1").get_attribute("data-row"))
+            == expected["after"]["input"]["row"]
+        )  # attention scale 0: residual1 is the input
         rows = page.find_elements(By.CSS_SELECTOR, "#next-after tr[data-id]")
-        assert [(int(r.get_attribute("data-id")), float(r.get_attribute("data-probability"))) for r in rows] == \
-            [(c["id"], c["probability"]) for c in expected["after"]["next_tokens"]]
+        assert [(int(r.get_attribute("data-id")), float(r.get_attribute("data-probability"))) for r in rows] == [
+            (c["id"], c["probability"]) for c in expected["after"]["next_tokens"]
+        ]
         assert float(page.find_element(By.ID, "kl").text) == pytest.approx(expected["kl_divergence"], abs=1e-6)
     finally:
         page.quit()

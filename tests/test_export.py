@@ -20,8 +20,15 @@ REPO = Path(__file__).resolve().parents[1]
 def trained(tmp_path_factory):
     from conftest import train_tiny_run
 
-    return train_tiny_run(tmp_path_factory.mktemp("export"), "--set", 'tokenizer.kind="bpe"',
-                          "--set", "tokenizer.vocab_size=300", "--set", 'model.activation="gelu"')
+    return train_tiny_run(
+        tmp_path_factory.mktemp("export"),
+        "--set",
+        'tokenizer.kind="bpe"',
+        "--set",
+        "tokenizer.vocab_size=300",
+        "--set",
+        'model.activation="gelu"',
+    )
 
 
 def test_safetensors_holds_the_parameters_and_the_model_section(trained, cli, tmp_path):

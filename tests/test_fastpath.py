@@ -57,6 +57,7 @@ def last_logits(model: MiniGPT, ids: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 # the fold is the same model
 
+
 @pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("tie_embeddings", [False, True])
@@ -109,6 +110,7 @@ def test_folded_model_reads_the_weights_it_was_built_from():
 # ----------------------------------------------------------------------------------------------
 # where it applies
 
+
 @pytest.mark.parametrize("changes", [dict(norm="rmsnorm"), dict(norm_position="post"), dict(dtype="float64")])
 def test_not_supported_models_sample_through_the_model_itself(changes, monkeypatch):
     model = randomised(**changes)
@@ -117,8 +119,15 @@ def test_not_supported_models_sample_through_the_model_itself(changes, monkeypat
         FoldedModel(model)
     built = []
     monkeypatch.setattr(fastpath.FoldedModel, "__init__", lambda self, m: built.append(m))
-    runs = [[s.tokens for s in generate(model, [1, 2, 3], 2 * CONTEXT, generator=torch.Generator().manual_seed(5),
-                                        use_cache=use_cache)] for use_cache in (True, False)]
+    runs = [
+        [
+            s.tokens
+            for s in generate(
+                model, [1, 2, 3], 2 * CONTEXT, generator=torch.Generator().manual_seed(5), use_cache=use_cache
+            )
+        ]
+        for use_cache in (True, False)
+    ]
     assert built == []  # never built: every step called the model
     assert len(runs[0]) == 2 * CONTEXT and torch.equal(torch.cat(runs[0]), torch.cat(runs[1]))
 
@@ -140,10 +149,12 @@ def test_not_supported_while_dropout_is_live_or_the_forward_is_replaced(monkeypa
 # ----------------------------------------------------------------------------------------------
 # sampling through it
 
+
 def sampled(model: MiniGPT, **options) -> tuple[torch.Tensor, torch.Tensor]:
     prompt = torch.tensor([[1, 2, 3], [7, 5, 0]])  # two rows: the batch is one forward per step
-    steps = list(generate(model, prompt, 3 * CONTEXT, temperature=1.0, generator=torch.Generator().manual_seed(11),
-                          **options))
+    steps = list(
+        generate(model, prompt, 3 * CONTEXT, temperature=1.0, generator=torch.Generator().manual_seed(11), **options)
+    )
     return torch.stack([s.tokens for s in steps], 1), torch.stack([s.logits for s in steps], 1)
 
 
@@ -172,7 +183,7 @@ def test_sampling_past_the_table_gives_the_same_tokens_with_the_fast_path_as_wit
     text = torch.cat([torch.tensor([[1, 2, 3], [7, 5, 0]]), fast_tokens], 1)
     for step, window in enumerate(windows, start=filling):
         length = prompt_length + step
-        assert torch.equal(window, text[:, length - CONTEXT:length])
+        assert torch.equal(window, text[:, length - CONTEXT : length])
 
 
 def test_kv_cache_and_full_recompute_give_the_same_tokens_through_the_fast_path():

@@ -101,8 +101,17 @@ def test_interventions_at_the_traced_position_only_leave_the_other_rows_alone():
     torch.manual_seed(0)
     model = MiniGPT(ModelConfig(context=8, n_layer=2, n_head=2, n_embd=8, ffn_hidden=16, dtype="float64"), 7).eval()
     ids = torch.tensor([[1, 2, 3, 4]])
-    plain, changed = Recorder(), Recorder(replacements=replacements(
-        [Scale(None, "ffn", 0.0), AblateHead(0, 1), ReplaceResidual(1)], model, position=2, only_at_position=True))
+    plain, changed = (
+        Recorder(),
+        Recorder(
+            replacements=replacements(
+                [Scale(None, "ffn", 0.0), AblateHead(0, 1), ReplaceResidual(1)],
+                model,
+                position=2,
+                only_at_position=True,
+            )
+        ),
+    )
     with torch.no_grad():
         model(ids, recorder=plain)
         model(ids, recorder=changed)
@@ -112,19 +121,22 @@ def test_interventions_at_the_traced_position_only_leave_the_other_rows_alone():
     assert not torch.equal(plain["logits"][0, 3], changed["logits"][0, 3])  # later positions read the change
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--scale", "0.norm1=0"], "--scale 0.norm1: unknown stage 'norm1'; scale one of: attention, ffn"),
-    (["--scale", "3.attention=0"], "--scale: block 3 does not exist; the model has 1 block(s), 0..0, or use 'all'"),
-    (["--scale", "0.attention=nan"], "--scale 0.attention=nan: the factor must be a finite number"),
-    (["--scale", "0.attention"], "--scale '0.attention': expected BLOCK.STAGE=FACTOR"),
-    (["--scale", "x.ffn=1"], "--scale x.ffn=1: block 'x' is not an integer; give a block index or 'all'"),
-    (["--ablate-head", "0.2"], "--ablate-head 0.2: head 2 does not exist; the model has 2 heads, 0..1"),
-    (["--ablate-head", "0"], "--ablate-head '0': expected BLOCK.HEAD"),
-    (["--replace-residual", "1"], "--replace-residual: block 1 does not exist"),
-    (["--set-input", "1,2,3"], "--set-input has 3 numbers but the model's width is 2; give exactly 2"),
-    (["--set-input", "1,a"], "--set-input: 'a' is not a number"),
-    (["--compare"], "--compare needs at least one intervention"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--scale", "0.norm1=0"], "--scale 0.norm1: unknown stage 'norm1'; scale one of: attention, ffn"),
+        (["--scale", "3.attention=0"], "--scale: block 3 does not exist; the model has 1 block(s), 0..0, or use 'all'"),
+        (["--scale", "0.attention=nan"], "--scale 0.attention=nan: the factor must be a finite number"),
+        (["--scale", "0.attention"], "--scale '0.attention': expected BLOCK.STAGE=FACTOR"),
+        (["--scale", "x.ffn=1"], "--scale x.ffn=1: block 'x' is not an integer; give a block index or 'all'"),
+        (["--ablate-head", "0.2"], "--ablate-head 0.2: head 2 does not exist; the model has 2 heads, 0..1"),
+        (["--ablate-head", "0"], "--ablate-head '0': expected BLOCK.HEAD"),
+        (["--replace-residual", "1"], "--replace-residual: block 1 does not exist"),
+        (["--set-input", "1,2,3"], "--set-input has 3 numbers but the model's width is 2; give exactly 2"),
+        (["--set-input", "1,a"], "--set-input: 'a' is not a number"),
+        (["--compare"], "--compare needs at least one intervention"),
+    ],
+)
 def test_a_bad_intervention_is_refused_in_one_line(args, message):
     assert message in refused(*args)
 
@@ -171,7 +183,9 @@ def test_lesson_3_a_residual_keeps_a_path_for_the_input_not_its_norm():
     for run in ("before", "after"):
         x, y = data[run]["input"]["row"], data[run]["blocks"][0]["stages"]["output"]
         assert abs(norm(x) - norm(y)) > 0.1
-    assert data["stages"][0]["attention"]["norm_after"] == pytest.approx(data["stages"][0]["attention"]["norm_before"] / 2)
+    assert data["stages"][0]["attention"]["norm_after"] == pytest.approx(
+        data["stages"][0]["attention"]["norm_before"] / 2
+    )
 
 
 def test_lesson_4_rmsnorm_keeps_the_sign_pattern_that_layernorm_removes():

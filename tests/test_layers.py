@@ -98,8 +98,14 @@ def test_library_module_never_prints_exits_or_reads_argv(path):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id not in ("print", "exit", "quit"), where
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            assert (node.value.id, node.attr) not in {("sys", "exit"), ("sys", "argv"), ("sys", "stdout"),
-                                                     ("os", "_exit"), ("typer", "echo"), ("typer", "Exit")}, where
+            assert (node.value.id, node.attr) not in {
+                ("sys", "exit"),
+                ("sys", "argv"),
+                ("sys", "stdout"),
+                ("os", "_exit"),
+                ("typer", "echo"),
+                ("typer", "Exit"),
+            }, where
         if isinstance(node, ast.Name):
             assert node.id != "SystemExit", where
         if isinstance(node, (ast.Import, ast.ImportFrom)):

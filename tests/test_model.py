@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from minigpt.config import ModelConfig
 from minigpt.errors import MinigptError
 from minigpt.model import (
-    KVCache,
     ContextTooLongError,
+    KVCache,
     LayerNorm,
     MiniGPT,
     Recorder,
@@ -51,7 +51,7 @@ def randomised(cfg: ModelConfig, vocab: int = VOCAB, seed: int = 0) -> MiniGPT:
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
             if "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.5 * noise)       # gains: non-unit, mostly positive
+                p.copy_(1.0 + 0.5 * noise)  # gains: non-unit, mostly positive
             elif name.endswith("bias"):
                 p.copy_(0.3 * noise)
             else:
@@ -84,6 +84,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # ----------------------------------------------------------------------------------------------
 # the independent scalar reference
+
 
 def test_scalar_reference_agrees_with_every_recorded_stage_within_1e_12():
     cfg = small_config()
@@ -138,6 +139,7 @@ def test_scalar_reference_detects_a_perturbed_weight():
 # ----------------------------------------------------------------------------------------------
 # fast path (fused SDPA, no recorder) versus the recorded path
 
+
 @pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-12), ("float32", 1e-5)])
 def test_fast_path_agrees_with_recorded_path(dtype, tolerance):
     model = randomised(small_config(dtype=dtype))
@@ -160,12 +162,13 @@ def test_recorder_names_every_stage_of_every_block():
 # ----------------------------------------------------------------------------------------------
 # causality and batch independence
 
+
 @pytest.mark.parametrize("t", [0, 2, 4])
 def test_changing_later_tokens_leaves_earlier_positions_unchanged(t):
     model = randomised(small_config())
     ids = random_ids(1, 7)
     changed = ids.clone()
-    changed[0, t + 1:] = (changed[0, t + 1:] + 1 + torch.arange(7 - t - 1)) % VOCAB
+    changed[0, t + 1 :] = (changed[0, t + 1 :] + 1 + torch.arange(7 - t - 1)) % VOCAB
     assert not torch.equal(ids, changed)
 
     before, rec_before = recorded(model, ids)
@@ -178,8 +181,8 @@ def test_changing_later_tokens_leaves_earlier_positions_unchanged(t):
         assert same, name
     assert torch.equal(fast(model, ids)[:, : t + 1], fast(model, changed)[:, : t + 1])
     # ... and the later positions do see the change
-    assert max_diff(before[:, t + 1:], after[:, t + 1:]) > 1e-6
-    assert max_diff(fast(model, ids)[:, t + 1:], fast(model, changed)[:, t + 1:]) > 1e-6
+    assert max_diff(before[:, t + 1 :], after[:, t + 1 :]) > 1e-6
+    assert max_diff(fast(model, ids)[:, t + 1 :], fast(model, changed)[:, t + 1 :]) > 1e-6
 
 
 @pytest.mark.parametrize("use_recorder", [False, True])
@@ -189,7 +192,7 @@ def test_example_gives_the_same_outputs_alone_and_inside_a_batch(use_recorder):
     run = (lambda ids: recorded(model, ids)[0]) if use_recorder else (lambda ids: fast(model, ids))
     together = run(batch)
     for b in range(3):
-        alone = run(batch[b: b + 1])
+        alone = run(batch[b : b + 1])
         assert max_diff(alone[0], together[b]) <= 1e-13, b
     # the examples are different, so the batch really holds three separate computations
     assert max_diff(together[0], together[1]) > 1e-3
@@ -197,6 +200,7 @@ def test_example_gives_the_same_outputs_alone_and_inside_a_batch(use_recorder):
 
 # ----------------------------------------------------------------------------------------------
 # permutation equivariance (chapter 17.1): a property of mask-free attention, broken by the mask
+
 
 def block_by_hand(block, x: torch.Tensor, causal: bool) -> torch.Tensor:
     """The model's own pre-norm Block, composed here from its modules (norm1, attention.qkv,
@@ -267,6 +271,7 @@ def test_scalar_reference_without_mask_is_permutation_equivariant_too():
 # ----------------------------------------------------------------------------------------------
 # pre-norm versus post-norm (chapter 17.6)
 
+
 def test_post_norm_on_the_same_weights_is_a_different_block_that_follows_chapter_17_6():
     pre = randomised(small_config())
     post = MiniGPT(small_config(norm_position="post"), VOCAB).eval()
@@ -297,6 +302,7 @@ def test_post_norm_on_the_same_weights_is_a_different_block_that_follows_chapter
 # ----------------------------------------------------------------------------------------------
 # the norms (chapter 17.3)
 
+
 def test_rmsnorm_does_not_mean_centre_a_constant_vector_but_layernorm_does():
     x = torch.tensor([[2.0, 2.0, 2.0, 2.0]], dtype=torch.float64)
     rms = RMSNorm(4, eps=1e-5).double()
@@ -306,7 +312,7 @@ def test_rmsnorm_does_not_mean_centre_a_constant_vector_but_layernorm_does():
         assert torch.equal(ln(x), torch.zeros(1, 4, dtype=torch.float64))
         # the RMSNorm formula: g x / sqrt(mean(x^2) + eps)
         y = torch.tensor([[1.0, -2.0, 3.0, 0.5]], dtype=torch.float64)
-        expected = y / math.sqrt(float((y ** 2).mean()) + 1e-5)
+        expected = y / math.sqrt(float((y**2).mean()) + 1e-5)
         assert max_diff(rms(y), expected) <= 1e-14
 
 
@@ -369,6 +375,7 @@ def test_chapter_17_3_layernorm_numbers():
 
 # ----------------------------------------------------------------------------------------------
 # refusals
+
 
 def table32_model() -> MiniGPT:
     return MiniGPT(ModelConfig(context=32, n_layer=1, n_head=2, n_embd=4, ffn_hidden=8, dtype="float64"), 5).eval()
@@ -455,12 +462,13 @@ def test_last_only_gives_the_last_positions_logits_of_the_full_forward():
 # ----------------------------------------------------------------------------------------------
 # the KV cache
 
+
 def test_kv_cache_token_by_token_matches_one_full_forward():
     model = randomised(small_config())
     ids = random_ids(2, 8)
     full = fast(model, ids)
     cache = KVCache(SMALL["n_layer"], SMALL["context"])
-    steps = [fast(model, ids[:, t: t + 1], cache) for t in range(8)]
+    steps = [fast(model, ids[:, t : t + 1], cache) for t in range(8)]
     assert cache.length == 8
     assert max_diff(torch.cat(steps, dim=1), full) <= 1e-10
 
@@ -473,7 +481,7 @@ def test_kv_cache_prefill_then_more_tokens_matches_one_full_forward(chunks):
     cache = KVCache(SMALL["n_layer"], SMALL["context"])
     pieces, start = [], 0
     for n in chunks:
-        pieces.append(fast(model, ids[:, start: start + n], cache))
+        pieces.append(fast(model, ids[:, start : start + n], cache))
         start += n
     assert max_diff(torch.cat(pieces, dim=1), full) <= 1e-10
 
@@ -496,6 +504,7 @@ def test_kv_cache_with_recorder_matches_and_records_weights_over_all_cached_keys
 # ----------------------------------------------------------------------------------------------
 # initialisation, activations, tied embeddings
 
+
 def test_loss_at_initialisation_is_close_to_log_vocabulary():
     torch.manual_seed(0)
     V = 512
@@ -516,10 +525,13 @@ def test_no_targets_means_no_loss():
     assert loss is None and logits.shape == (1, 3, VOCAB)
 
 
-@pytest.mark.parametrize("activation, hidden_fn", [
-    ("gelu", lambda pre, F_: F.gelu(pre)),
-    ("swiglu", lambda pre, F_: F.silu(pre[..., :F_]) * pre[..., F_:]),
-])
+@pytest.mark.parametrize(
+    "activation, hidden_fn",
+    [
+        ("gelu", lambda pre, F_: F.gelu(pre)),
+        ("swiglu", lambda pre, F_: F.silu(pre[..., :F_]) * pre[..., F_:]),
+    ],
+)
 def test_gelu_and_swiglu_hidden_widths_and_values(activation, hidden_fn):
     cfg = small_config(activation=activation)
     model = randomised(cfg)

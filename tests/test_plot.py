@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,9 @@ def runs(tmp_path_factory):
     from conftest import train_tiny_run
 
     a = train_tiny_run(tmp_path_factory.mktemp("a"), "--set", "train.eval_interval=5")
-    b = train_tiny_run(tmp_path_factory.mktemp("b"), "--set", "train.eval_interval=5", "--set", 'model.norm_position="post"')
+    b = train_tiny_run(
+        tmp_path_factory.mktemp("b"), "--set", "train.eval_interval=5", "--set", 'model.norm_position="post"'
+    )
     return a, b
 
 

@@ -24,9 +24,20 @@ def one_thread():
 
 
 def trained(config, precision: str, steps: int = 80):
-    cfg = load_config(config, [f'train.precision="{precision}"', f"train.steps={steps}", "model.n_embd=32",
-                               "model.ffn_hidden=64", "model.n_layer=2", "model.context=16", "train.batch_size=16",
-                               f"train.eval_interval={steps}", "train.eval_batches=8"])
+    cfg = load_config(
+        config,
+        [
+            f'train.precision="{precision}"',
+            f"train.steps={steps}",
+            "model.n_embd=32",
+            "model.ffn_hidden=64",
+            "model.n_layer=2",
+            "model.context=16",
+            "train.batch_size=16",
+            f"train.eval_interval={steps}",
+            "train.eval_batches=8",
+        ],
+    )
     session = build(cfg, load_corpus(cfg))
     result = Trainer(session).run()
     return session, result

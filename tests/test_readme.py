@@ -40,8 +40,9 @@ def _help_commands() -> list[list[str]]:
     return [[sys.executable, "-m", "minigpt", "--help"], *installed]
 
 
-@pytest.mark.parametrize("command", _help_commands(), ids=lambda c: "console script" if c[1] == "--help"
-                         else "python -m")
+@pytest.mark.parametrize(
+    "command", _help_commands(), ids=lambda c: "console script" if c[1] == "--help" else "python -m"
+)
 def test_help_lists_train_sample_and_trace(command):
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

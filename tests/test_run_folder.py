@@ -19,20 +19,21 @@ def two_block_run(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("trained")
     run = folder / "R"
-    result = run_minigpt("train", "--out", run, "--set", "model.n_layer=2", "--steps", "5", "--quiet",
-                         cwd=folder, timeout=300)
+    result = run_minigpt(
+        "train", "--out", run, "--set", "model.n_layer=2", "--steps", "5", "--quiet", cwd=folder, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     return run
 
 
-def test_a_run_trained_with_set_is_sampled_and_traced_with_run_alone_elsewhere(two_block_run, tmp_path,
-                                                                              minigpt_process):
+def test_a_run_trained_with_set_is_sampled_and_traced_with_run_alone_elsewhere(
+    two_block_run, tmp_path, minigpt_process
+):
     assert {p.name for p in two_block_run.iterdir()} == RUN_FILES
     elsewhere = tmp_path / "somewhere" / "else"
     elsewhere.mkdir(parents=True)
 
-    sampled = minigpt_process("sample", "--run", two_block_run, "-p", "ROMEO:", "-n", "12", "--json",
-                              cwd=elsewhere)
+    sampled = minigpt_process("sample", "--run", two_block_run, "-p", "ROMEO:", "-n", "12", "--json", cwd=elsewhere)
     assert sampled.returncode == 0, sampled.stderr
     [sample] = [json.loads(line) for line in sampled.stdout.splitlines()]
     assert sample["prompt"] == "ROMEO:" and sample["new_tokens"] == 12
@@ -44,10 +45,10 @@ def test_a_run_trained_with_set_is_sampled_and_traced_with_run_alone_elsewhere(t
     assert list(elsewhere.iterdir()) == []  # reading a run writes nothing where it runs
 
 
-def test_the_default_config_and_the_two_block_run_disagree_and_are_refused_together(two_block_run,
-                                                                                    minigpt_process):
-    refused = minigpt_process("sample", "-c", Path(__file__).parents[1] / "configs" / "default.toml",
-                              "--run", two_block_run, "-p", "ROMEO:")
+def test_the_default_config_and_the_two_block_run_disagree_and_are_refused_together(two_block_run, minigpt_process):
+    refused = minigpt_process(
+        "sample", "-c", Path(__file__).parents[1] / "configs" / "default.toml", "--run", two_block_run, "-p", "ROMEO:"
+    )
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "n_layer: 4 != 2 (config != checkpoint)" in refused.stderr
 
@@ -60,8 +61,10 @@ def test_a_run_folder_without_its_config_needs_one(two_block_run, tmp_path, cli)
     (copy / "config.toml").unlink()
     result = cli("sample", "--run", copy, "-p", "ROMEO:")
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr == (f"minigpt: error: --run {copy} has no config.toml, so it does not describe itself; "
-                             f"pass the config it was trained with as -c FILE\n")
+    assert result.stderr == (
+        f"minigpt: error: --run {copy} has no config.toml, so it does not describe itself; "
+        f"pass the config it was trained with as -c FILE\n"
+    )
 
 
 def test_a_checkpoint_without_its_model_section_is_refused(two_block_run, tmp_path, cli):
@@ -98,8 +101,11 @@ def test_the_loaded_model_is_built_from_the_checkpoint_and_keeps_its_tied_head(t
     from minigpt.tokenizer import TextTokenizer, train_tokenizer
 
     config = tmp_path / "tied.toml"
-    config.write_text('[model]\ncontext = 8\nn_layer = 1\nn_head = 2\nn_embd = 8\nffn_hidden = 16\n'
-                      'tie_embeddings = true\n[tokenizer]\nkind = "char"\n[train]\nout = "run"\n', encoding="utf-8")
+    config.write_text(
+        "[model]\ncontext = 8\nn_layer = 1\nn_head = 2\nn_embd = 8\nffn_hidden = 16\n"
+        'tie_embeddings = true\n[tokenizer]\nkind = "char"\n[train]\nout = "run"\n',
+        encoding="utf-8",
+    )
     cfg = load_config(config)
     torch.manual_seed(3)
     model = MiniGPT(cfg.model, 5).eval()

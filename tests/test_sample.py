@@ -34,11 +34,20 @@ CORPUS = "ROMEO: hello world, é日!\nJULIET: what light?\n"
 CONTEXT = 8
 
 
-def write_config(folder: Path, name: str = "tiny.toml", *, kind: str = "char", n_layer: int = 1,
-                 dtype: str = "float32", out: str = "run", sample: str = "") -> Path:
+def write_config(
+    folder: Path,
+    name: str = "tiny.toml",
+    *,
+    kind: str = "char",
+    n_layer: int = 1,
+    dtype: str = "float32",
+    out: str = "run",
+    sample: str = "",
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    path.write_text(f"""
+    path.write_text(
+        f"""
 [model]
 context = {CONTEXT}
 n_layer = {n_layer}
@@ -54,12 +63,15 @@ out = "{out}"
 device = "cpu"
 [sample]
 {sample}
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path
 
 
-def make_run(folder: Path, *, kind: str = "char", n_layer: int = 1, dtype: str = "float32",
-             seed: int = 0, sample: str = "") -> Path:
+def make_run(
+    folder: Path, *, kind: str = "char", n_layer: int = 1, dtype: str = "float32", seed: int = 0, sample: str = ""
+) -> Path:
     """A config file and the run folder it names: a seeded random model with weights large enough
     that its distributions are far from uniform, and a tokenizer fitted to CORPUS."""
     config = write_config(folder, kind=kind, n_layer=n_layer, dtype=dtype, sample=sample)
@@ -120,8 +132,7 @@ def forward_calls(monkeypatch) -> list[dict]:
     real = MiniGPT.forward
 
     def spy(self, ids, targets=None, recorder=None, cache=None, last_only=False):
-        calls.append(dict(batch=ids.shape[0], new=ids.shape[1], cached=cache.length if cache else 0,
-                          ids=ids.clone()))
+        calls.append(dict(batch=ids.shape[0], new=ids.shape[1], cached=cache.length if cache else 0, ids=ids.clone()))
         return real(self, ids, targets, recorder, cache, last_only)
 
     monkeypatch.setattr(MiniGPT, "forward", spy)
@@ -156,12 +167,15 @@ class Chunks(io.StringIO):
 # ----------------------------------------------------------------------------------------------
 # the position table is a hard limit
 
+
 def test_prompt_longer_than_position_table_is_refused(char_run):
     message = refused("-c", char_run, "-p", "ROMEO: hello")  # 12 characters = 12 tokens
-    assert message == ("minigpt: error: the prompt has 12 tokens but the position table has 8 rows "
-                       "([model] context = 8); the model has no row for position 8 and will not invent one, "
-                       "so use at most 8 tokens: shorten the prompt (e.g. keep its end; it is never cropped), "
-                       "or train a model with a larger [model] context")
+    assert message == (
+        "minigpt: error: the prompt has 12 tokens but the position table has 8 rows "
+        "([model] context = 8); the model has no row for position 8 and will not invent one, "
+        "so use at most 8 tokens: shorten the prompt (e.g. keep its end; it is never cropped), "
+        "or train a model with a larger [model] context"
+    )
     # one token fewer than that would still be too long; exactly the table is accepted
     assert refused("-c", char_run, "-p", "ROMEO: he").startswith("minigpt: error: the prompt has 9 tokens ")
     assert samples_json("-c", char_run, "-p", "ROMEO: h", "-n", "2")[0]["prompt_ids"].__len__() == 8
@@ -183,20 +197,30 @@ def test_sliding_window_never_asks_the_model_for_more_than_context_positions(cha
     assert max(c["new"] + c["cached"] for c in forward_calls) == CONTEXT
     # the KV cache while the window fills: the prompt once, then one token at a time ...
     filling = CONTEXT - P + 1
-    assert [(c["new"], c["cached"]) for c in forward_calls[:filling]] == \
-        [(P, 0)] + [(1, cached) for cached in range(P, CONTEXT)]
+    assert [(c["new"], c["cached"]) for c in forward_calls[:filling]] == [(P, 0)] + [
+        (1, cached) for cached in range(P, CONTEXT)
+    ]
     # ... then, past the table, the last `context` tokens recomputed without a cache
     for c in forward_calls[filling:]:
         assert (c["new"], c["cached"]) == (CONTEXT, 0)
     for step, c in enumerate(forward_calls):
         length = P + step  # tokens in the text when this step's token was chosen
-        assert c["ids"][0].tolist() == text[max(0, length - CONTEXT):length][-c["new"]:]
+        assert c["ids"][0].tolist() == text[max(0, length - CONTEXT) : length][-c["new"] :]
 
 
 def test_without_kv_cache_every_step_recomputes_at_most_context_positions(char_run, forward_calls):
     ok("-c", char_run, "-p", "ROM", "-n", "9", "--no-kv-cache", "--json")
-    assert [(c["new"], c["cached"]) for c in forward_calls] == \
-        [(3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (8, 0), (8, 0), (8, 0)]
+    assert [(c["new"], c["cached"]) for c in forward_calls] == [
+        (3, 0),
+        (4, 0),
+        (5, 0),
+        (6, 0),
+        (7, 0),
+        (8, 0),
+        (8, 0),
+        (8, 0),
+        (8, 0),
+    ]
 
 
 def test_no_slide_stops_when_the_text_fills_the_table(char_run, forward_calls):
@@ -212,8 +236,10 @@ def test_no_slide_stops_when_the_text_fills_the_table(char_run, forward_calls):
     # a prompt that already fills the table gets nothing; text mode says why on stderr
     result = ok("-c", char_run, "-p", "ROMEO: h", "-n", "3", "--no-slide")
     assert result.stdout == "ROMEO: h\n"
-    assert result.stderr.endswith("stopped: context_limit (the text fills the 8-row position table; "
-                                  "drop --no-slide to continue with a sliding window)\n")
+    assert result.stderr.endswith(
+        "stopped: context_limit (the text fills the 8-row position table; "
+        "drop --no-slide to continue with a sliding window)\n"
+    )
 
 
 def test_config_can_turn_sliding_off_and_the_flag_turns_it_back_on(tmp_path):
@@ -225,14 +251,24 @@ def test_config_can_turn_sliding_off_and_the_flag_turns_it_back_on(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # KV cache against full recompute, and seeds
 
+
 def test_kv_cache_and_full_recompute_give_the_same_tokens_and_logits(tmp_path, forward_calls):
     model, _ = loaded(make_run(tmp_path, n_layer=2, seed=2))  # a seed whose greedy text is not one token
     prompt = torch.tensor([[1, 2, 3], [7, 5, 0]])  # two different rows in one batch
     for greedy in (True, False):
         runs = {}
         for use_cache in (True, False):
-            steps = list(generate(model, prompt, 20, greedy=greedy, temperature=1.0, use_cache=use_cache,
-                                  generator=torch.Generator().manual_seed(11)))
+            steps = list(
+                generate(
+                    model,
+                    prompt,
+                    20,
+                    greedy=greedy,
+                    temperature=1.0,
+                    use_cache=use_cache,
+                    generator=torch.Generator().manual_seed(11),
+                )
+            )
             runs[use_cache] = (torch.stack([s.tokens for s in steps], 1), torch.stack([s.logits for s in steps], 1))
         (cached_tokens, cached_logits), (plain_tokens, plain_logits) = runs[True], runs[False]
         assert cached_tokens.shape == (2, 20)
@@ -282,32 +318,38 @@ def test_plain_distribution_is_the_softmax_of_the_scores():
 
 
 def test_temperature_sharpens_and_flattens():
-    squared = (P ** 2 / (P ** 2).sum()).tolist()         # T = 0.5: p^2, renormalised
-    rooted = (P.sqrt() / P.sqrt().sum()).tolist()        # T = 2: sqrt(p), renormalised
+    squared = (P**2 / (P**2).sum()).tolist()  # T = 0.5: p^2, renormalised
+    rooted = (P.sqrt() / P.sqrt().sum()).tolist()  # T = 2: sqrt(p), renormalised
     assert dist(temperature=0.5) == pytest.approx(squared, abs=1e-12)
     assert dist(temperature=2.0) == pytest.approx(rooted, abs=1e-12)
 
 
-@pytest.mark.parametrize("top_k, expected", [
-    (1, [0, 1, 0, 0]),
-    (2, [0, 4 / 7, 0, 3 / 7]),
-    (3, [0, 4 / 9, 2 / 9, 3 / 9]),
-    (4, [0.1, 0.4, 0.2, 0.3]),
-    (0, [0.1, 0.4, 0.2, 0.3]),     # off
-    (99, [0.1, 0.4, 0.2, 0.3]),    # more than the vocabulary: all
-])
+@pytest.mark.parametrize(
+    "top_k, expected",
+    [
+        (1, [0, 1, 0, 0]),
+        (2, [0, 4 / 7, 0, 3 / 7]),
+        (3, [0, 4 / 9, 2 / 9, 3 / 9]),
+        (4, [0.1, 0.4, 0.2, 0.3]),
+        (0, [0.1, 0.4, 0.2, 0.3]),  # off
+        (99, [0.1, 0.4, 0.2, 0.3]),  # more than the vocabulary: all
+    ],
+)
 def test_top_k_keeps_exactly_the_k_most_likely(top_k, expected):
     assert dist(top_k=top_k) == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.parametrize("top_p, expected", [
-    (0.3, [0, 1, 0, 0]),                    # the most likely token alone already holds 0.4
-    (0.39, [0, 1, 0, 0]),
-    (0.65, [0, 4 / 7, 0, 3 / 7]),          # 0.4 < 0.65, 0.4 + 0.3 >= 0.65
-    (0.75, [0, 4 / 9, 2 / 9, 3 / 9]),      # 0.7 < 0.75: the third token is needed
-    (0.95, [0.1, 0.4, 0.2, 0.3]),
-    (1.0, [0.1, 0.4, 0.2, 0.3]),           # off
-])
+@pytest.mark.parametrize(
+    "top_p, expected",
+    [
+        (0.3, [0, 1, 0, 0]),  # the most likely token alone already holds 0.4
+        (0.39, [0, 1, 0, 0]),
+        (0.65, [0, 4 / 7, 0, 3 / 7]),  # 0.4 < 0.65, 0.4 + 0.3 >= 0.65
+        (0.75, [0, 4 / 9, 2 / 9, 3 / 9]),  # 0.7 < 0.75: the third token is needed
+        (0.95, [0.1, 0.4, 0.2, 0.3]),
+        (1.0, [0.1, 0.4, 0.2, 0.3]),  # off
+    ],
+)
 def test_top_p_keeps_the_smallest_set_reaching_p(top_p, expected):
     assert dist(top_p=top_p) == pytest.approx(expected, abs=1e-12)
 
@@ -348,6 +390,7 @@ def test_top_k_of_one_samples_the_greedy_text_with_probability_one(char_run):
 # ----------------------------------------------------------------------------------------------
 # streaming and stop text
 
+
 def test_streaming_holds_back_split_multibyte_characters(byte_run, monkeypatch):
     completion = "é日x"
     script = list(completion.encode("utf-8"))  # c3 a9 | e6 97 a5 | 78: six byte tokens
@@ -365,7 +408,7 @@ def test_streaming_holds_back_split_multibyte_characters(byte_run, monkeypatch):
 
 
 def test_json_of_a_byte_model_has_whole_characters(byte_run, monkeypatch):
-    script = list("日本".encode("utf-8"))
+    script = list("日本".encode())
     force_tokens(monkeypatch, script)
     [sample] = samples_json("-c", byte_run, "-p", "", "-n", "6", "--greedy")
     assert sample["prompt"] == "\n" and sample["prompt_ids"] == [10]  # the empty prompt is a newline
@@ -404,7 +447,7 @@ def test_stop_text_in_one_sample_lets_the_others_go_on(char_run):
     assert any(stop not in sample["completion"] for sample in free)  # and some other sample does not
     stopped = samples_json(*args, "--stop", stop)
     first = free[0]["completion"]
-    assert stopped[0]["completion"] == first[:first.index(stop)]
+    assert stopped[0]["completion"] == first[: first.index(stop)]
     assert stopped[0]["stop_reason"] == "stop_text"
     for before, after in zip(free, stopped):
         if stop not in before["completion"]:
@@ -414,13 +457,16 @@ def test_stop_text_in_one_sample_lets_the_others_go_on(char_run):
 # ----------------------------------------------------------------------------------------------
 # config and checkpoint
 
+
 def test_checkpoint_whose_model_section_disagrees_with_the_config_is_refused(char_run):
     other = write_config(char_run.parent, "deeper.toml", n_layer=2)
     message = refused("-c", other, "-p", "ROM")
-    assert message == (f"minigpt: error: checkpoint in {char_run.parent / 'run'} was trained with another "
-                       f"[model] section than {other} (n_layer: 2 != 1 (config != checkpoint)); use the config "
-                       f"it was trained with (it is saved as -c {char_run.parent / 'run' / 'config.toml'}), "
-                       f"or pass --run {char_run.parent / 'run'} alone, which reads it")
+    assert message == (
+        f"minigpt: error: checkpoint in {char_run.parent / 'run'} was trained with another "
+        f"[model] section than {other} (n_layer: 2 != 1 (config != checkpoint)); use the config "
+        f"it was trained with (it is saved as -c {char_run.parent / 'run' / 'config.toml'}), "
+        f"or pass --run {char_run.parent / 'run'} alone, which reads it"
+    )
 
 
 def test_run_flag_overrides_the_run_folder_the_config_names(char_run, tmp_path):
@@ -438,13 +484,16 @@ def test_sample_section_gives_defaults_and_flags_override_them(tmp_path):
     assert [(s["prompt"], s["new_tokens"]) for s in flags] == [("ROM", 2)]
 
 
-@pytest.mark.parametrize("flag, value, words", [
-    ("--temperature", "0", ["temperature", "must be greater than 0"]),
-    ("--top-p", "1.5", ["top_p", "must be at most 1.0"]),
-    ("--top-k", "-1", ["top_k", "must be at least 0"]),
-    ("--num-samples", "0", ["num_samples", "must be at least 1"]),
-    ("-n", "-5", ["max_new_tokens", "must be at least 0"]),
-])
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--temperature", "0", ["temperature", "must be greater than 0"]),
+        ("--top-p", "1.5", ["top_p", "must be at most 1.0"]),
+        ("--top-k", "-1", ["top_k", "must be at least 0"]),
+        ("--num-samples", "0", ["num_samples", "must be at least 1"]),
+        ("-n", "-5", ["max_new_tokens", "must be at least 0"]),
+    ],
+)
 def test_flag_values_are_validated_like_the_config(char_run, flag, value, words):
     message = refused("-c", char_run, "-p", "ROM", flag, value)
     assert message.startswith("minigpt: error: ")
@@ -454,6 +503,7 @@ def test_flag_values_are_validated_like_the_config(char_run, flag, value, words)
 
 # ----------------------------------------------------------------------------------------------
 # prompts
+
 
 def test_empty_prompt_starts_from_a_newline_and_help_says_so(char_run):
     _, tokenizer = loaded(char_run)
@@ -480,24 +530,34 @@ def test_prompt_file_is_read_as_utf8(char_run, tmp_path):
 def test_prompt_file_refusals(char_run, tmp_path):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes("ROM\xe9".encode("latin-1"))
-    assert refused("-c", char_run, "--prompt-file", bad) == \
-        (f"minigpt: error: prompt file {bad} is not UTF-8: invalid byte 0xe9 at offset 3; convert it to UTF-8 "
-         f"(e.g. iconv -t UTF-8)")
+    assert refused("-c", char_run, "--prompt-file", bad) == (
+        f"minigpt: error: prompt file {bad} is not UTF-8: invalid byte 0xe9 at offset 3; convert it to UTF-8 "
+        f"(e.g. iconv -t UTF-8)"
+    )
     missing = tmp_path / "missing.txt"
-    assert refused("-c", char_run, "--prompt-file", missing) == \
-        f"minigpt: error: prompt file {missing} does not exist; pass an existing UTF-8 file with --prompt-file"
-    assert refused("-c", char_run, "--prompt-file", tmp_path) == \
-        f"minigpt: error: prompt file {tmp_path} is a directory; pass a UTF-8 text file with --prompt-file"
+    assert (
+        refused("-c", char_run, "--prompt-file", missing)
+        == f"minigpt: error: prompt file {missing} does not exist; pass an existing UTF-8 file with --prompt-file"
+    )
+    assert (
+        refused("-c", char_run, "--prompt-file", tmp_path)
+        == f"minigpt: error: prompt file {tmp_path} is a directory; pass a UTF-8 text file with --prompt-file"
+    )
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
-    assert refused("-c", char_run, "--prompt-file", empty) == \
-        f"minigpt: error: prompt file {empty} is empty; pass a file with text in it"
-    assert refused("-c", char_run, "-p", "ROM", "--prompt-file", bad) == \
-        "minigpt: error: --prompt and --prompt-file were both given; pass the prompt one way"
+    assert (
+        refused("-c", char_run, "--prompt-file", empty)
+        == f"minigpt: error: prompt file {empty} is empty; pass a file with text in it"
+    )
+    assert (
+        refused("-c", char_run, "-p", "ROM", "--prompt-file", bad)
+        == "minigpt: error: --prompt and --prompt-file were both given; pass the prompt one way"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # batches and output
+
 
 def test_num_samples_are_one_batch(char_run, forward_calls):
     samples = samples_json("-c", char_run, "-p", "ROM", "-n", "4", "--num-samples", "3")
@@ -512,15 +572,25 @@ def test_num_samples_are_one_batch(char_run, forward_calls):
 
 def test_json_reports_each_token_probability_and_speed(char_run):
     [sample] = samples_json("-c", char_run, "-p", "ROM", "-n", "10", "--temperature", "0.7")
-    assert set(sample) == {"sample", "prompt", "completion", "prompt_ids", "token_ids", "token_probs",
-                           "stop_reason", "new_tokens", "seconds", "tokens_per_second"}
+    assert set(sample) == {
+        "sample",
+        "prompt",
+        "completion",
+        "prompt_ids",
+        "token_ids",
+        "token_probs",
+        "stop_reason",
+        "new_tokens",
+        "seconds",
+        "tokens_per_second",
+    }
     model, tokenizer = loaded(char_run)
     assert sample["completion"] == tokenizer.decode(sample["token_ids"])
     text = sample["prompt_ids"] + sample["token_ids"]
     with torch.no_grad():
         for step, (token, prob) in enumerate(zip(sample["token_ids"], sample["token_probs"])):
             length = 3 + step
-            window = torch.tensor([text[max(0, length - CONTEXT):length]])
+            window = torch.tensor([text[max(0, length - CONTEXT) : length]])
             expected = torch.softmax(model(window)[0][0, -1] / 0.7, dim=-1)[token].item()
             assert prob == pytest.approx(expected, abs=2e-6)
     assert sample["tokens_per_second"] > 0

@@ -10,8 +10,10 @@ from minigpt.errors import MinigptError
 from minigpt.tokenizer import TextTokenizer, train_tokenizer
 
 NON_ASCII = "Café naïve résumé. 日本語のテキスト。 Emoji: 🙂👍🏽 and ✓.\n"
-TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-        "  indented line with  two spaces\r\nWindows line end above.\n" + NON_ASCII) * 4
+TEXT = (
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+    "  indented line with  two spaces\r\nWindows line end above.\n" + NON_ASCII
+) * 4
 
 
 def fitted(kind: str, text: str = TEXT, vocab_size: int = 300) -> TextTokenizer:
@@ -95,7 +97,7 @@ def test_stream_decoder_holds_back_split_characters_and_ends_equal_to_decode(kin
 
 def test_decode_of_a_partial_utf8_sequence_does_not_crash():
     tok = fitted("byte")
-    ids = tok.encode("a🙂")            # a, then 4 bytes
+    ids = tok.encode("a🙂")  # a, then 4 bytes
     assert tok.decode(ids[:3]) == "a\ufffd"
     assert tok.decode(ids[2:]).endswith("\ufffd")  # starts mid-character
     assert tok.token_text(ids[1]) == "<0xF0>"  # a lone lead byte shows as itself, not as a bare U+FFFD

@@ -107,6 +107,7 @@ def table_rows(text: str) -> dict[str, tuple[str, str]]:
 
 # ------------------------------------------------------------------ chapter 17 through the CLI
 
+
 def test_chapter_example_prints_table_17_1_exactly():
     out = ok(chapter("--ids", "0,1,2", "--position", "0", "--digits", "6"))
     assert out == CHAPTER_POSITION_0
@@ -129,8 +130,9 @@ def test_prompt_text_and_ids_trace_the_same_tokens():
     assert ok(chapter("-p", "abc", "--digits", "6")) == by_ids
     # the default position is the last token, and a negative one counts from the end
     assert by_ids.startswith("trace of position 2 (token 'c', id 2)")
-    assert ok(chapter("-p", "abc", "--position", "-3", "--digits", "6")) == \
-        ok(chapter("-p", "abc", "--position", "0", "--digits", "6"))
+    assert ok(chapter("-p", "abc", "--position", "-3", "--digits", "6")) == ok(
+        chapter("-p", "abc", "--position", "0", "--digits", "6")
+    )
 
 
 def test_digits_sets_the_decimals():
@@ -143,12 +145,17 @@ def test_json_schema_holds_full_rows():
     data = json.loads(ok(chapter("--ids", "0,1,2", "--position", "1", "--json")))
     assert set(data) == {"position", "ids", "tokens", "model", "input", "blocks", "final_norm", "next_tokens"}
     assert data["position"] == 1 and data["ids"] == [0, 1, 2] and data["tokens"] == ["a", "b", "c"]
-    assert data["input"] == {"token_row": [0.0, 1.0], "position_row": [0.0, 1.0], "row": [0.0, 2.0],
-                             "shape": [1, 3, 2], "token_table_shape": [3, 2], "position_table_shape": [3, 2]}
+    assert data["input"] == {
+        "token_row": [0.0, 1.0],
+        "position_row": [0.0, 1.0],
+        "row": [0.0, 2.0],
+        "shape": [1, 3, 2],
+        "token_table_shape": [3, 2],
+        "position_table_shape": [3, 2],
+    }
     assert data["model"]["norm_position"] == "pre" and data["model"]["n_layer"] == 1
     [block] = data["blocks"]
-    assert set(block) == {"index", "input", "stages", "shapes", "attention_weights", "attention_shape",
-                          "logit_lens"}
+    assert set(block) == {"index", "input", "stages", "shapes", "attention_weights", "attention_shape", "logit_lens"}
     assert block["index"] == 0 and block["input"] == {"row": [0.0, 2.0], "shape": [1, 3, 2]}
     assert list(block["stages"]) == list(PRE_NORM_STAGES) == list(block["shapes"])
     assert block["shapes"]["hidden"] == [1, 3, 3] and block["shapes"]["output"] == [1, 3, 2]
@@ -194,35 +201,58 @@ def test_regenerating_the_chapter_folder_gives_the_shipped_files(tmp_path):
 
 # ------------------------------------------------------------------ refusals: one line, exit 2
 
-@pytest.mark.parametrize("args, message", [
-    (["--ids", "0,1,2", "--position", "3"],
-     "--position 3 is beyond the prompt: it has 3 token(s), positions 0..2 (or -3..-1 from the end)"),
-    (["--ids", "0,1", "--position", "-3"],
-     "--position -3 is beyond the prompt: it has 2 token(s), positions 0..1 (or -2..-1 from the end)"),
-    (["--ids", "0,1,2,0"],
-     "the prompt has 4 tokens but the position table has 3 rows ([model] context = 3); the model has no "
-     "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt"),
-    (["-p", "abcab"],
-     "the prompt has 5 tokens but the position table has 3 rows ([model] context = 3); the model has no "
-     "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt"),
-    (["-p", ""], "the prompt is empty; trace needs at least one token: pass -p TEXT or --ids 3,1,4"),
-    (["--ids", ""], "--ids is empty; trace needs at least one token id, e.g. --ids 3,1,4"),
-    (["--ids", "0,3"], "token id 3 is not in the vocabulary: this model has 3 tokens, ids 0..2; "
-                       "use ids the tokenizer produced"),
-    (["--ids", "-1"], "token id -1 is not in the vocabulary: this model has 3 tokens, ids 0..2; "
-                      "use ids the tokenizer produced"),
-    (["--ids", "0,x"], "--ids '0,x': 'x' is not an integer; give comma-separated token ids, e.g. --ids 3,1,4"),
-    (["--ids", "0", "--block", "1"],
-     "--block 1 does not exist: the model has 1 block(s), 0..0 (or -1..-1 from the end)"),
-    (["--ids", "0", "--block", "-2"],
-     "--block -2 does not exist: the model has 1 block(s), 0..0 (or -1..-1 from the end)"),
-    (["-p", "abd"], "text has 1 character(s) the char tokenizer never saw in training: 'd'; remove them "
-                    "or train with tokenizer.kind = \"bpe\" or \"byte\""),
-    (["-p", "a", "--ids", "0"], "give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4"),
-    ([], "give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4"),
-    (["--ids", "0", "--digits", "16"], "--digits 16 is out of range; show 0..15 decimals"),
-    (["--ids", "0", "--top", "0"], "--top 0 is too small; show at least 1 next-token candidate"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--ids", "0,1,2", "--position", "3"],
+            "--position 3 is beyond the prompt: it has 3 token(s), positions 0..2 (or -3..-1 from the end)",
+        ),
+        (
+            ["--ids", "0,1", "--position", "-3"],
+            "--position -3 is beyond the prompt: it has 2 token(s), positions 0..1 (or -2..-1 from the end)",
+        ),
+        (
+            ["--ids", "0,1,2,0"],
+            "the prompt has 4 tokens but the position table has 3 rows ([model] context = 3); the model has no "
+            "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt",
+        ),
+        (
+            ["-p", "abcab"],
+            "the prompt has 5 tokens but the position table has 3 rows ([model] context = 3); the model has no "
+            "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt",
+        ),
+        (["-p", ""], "the prompt is empty; trace needs at least one token: pass -p TEXT or --ids 3,1,4"),
+        (["--ids", ""], "--ids is empty; trace needs at least one token id, e.g. --ids 3,1,4"),
+        (
+            ["--ids", "0,3"],
+            "token id 3 is not in the vocabulary: this model has 3 tokens, ids 0..2; use ids the tokenizer produced",
+        ),
+        (
+            ["--ids", "-1"],
+            "token id -1 is not in the vocabulary: this model has 3 tokens, ids 0..2; use ids the tokenizer produced",
+        ),
+        (["--ids", "0,x"], "--ids '0,x': 'x' is not an integer; give comma-separated token ids, e.g. --ids 3,1,4"),
+        (
+            ["--ids", "0", "--block", "1"],
+            "--block 1 does not exist: the model has 1 block(s), 0..0 (or -1..-1 from the end)",
+        ),
+        (
+            ["--ids", "0", "--block", "-2"],
+            "--block -2 does not exist: the model has 1 block(s), 0..0 (or -1..-1 from the end)",
+        ),
+        (
+            ["-p", "abd"],
+            "text has 1 character(s) the char tokenizer never saw in training: 'd'; remove them "
+            'or train with tokenizer.kind = "bpe" or "byte"',
+        ),
+        (["-p", "a", "--ids", "0"], "give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4"),
+        ([], "give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4"),
+        (["--ids", "0", "--digits", "16"], "--digits 16 is out of range; show 0..15 decimals"),
+        (["--ids", "0", "--top", "0"], "--top 0 is too small; show at least 1 next-token candidate"),
+    ],
+)
 def test_refusals_are_one_line_with_a_nonzero_exit(args, message):
     result = chapter(*args)
     assert result.exit_code == 2
@@ -247,8 +277,14 @@ PROMPT = "ROMEO:\nIt's 'what'? Say it, Nurs"  # 32 characters: the whole default
 def make_run(folder: Path, **model) -> Path:
     """A random-init model with a char tokenizer, written as a run folder with its config."""
     config = folder / "config.toml"
-    lines = ["[model]", *(f"{k} = {json.dumps(v)}" for k, v in model.items()),
-             "[tokenizer]", 'kind = "char"', "[train]", 'out = "run"']
+    lines = [
+        "[model]",
+        *(f"{k} = {json.dumps(v)}" for k, v in model.items()),
+        "[tokenizer]",
+        'kind = "char"',
+        "[train]",
+        'out = "run"',
+    ]
     config.write_text("\n".join(lines) + "\n", encoding="utf-8")
     cfg = load_config(config)
     torch.manual_seed(0)
@@ -295,7 +331,7 @@ def test_wide_rows_show_leading_coordinates_and_true_statistics(wide):
     at = max(i for i, line in enumerate(lines) if line.startswith("  output "))  # block 3 is last
     shown = re.search(r"\[(.*), \.\.\.\]", lines[at]).group(1).split(", ")
     assert 2 <= len(shown) < 128
-    assert shown == [f"{v:.4f}".replace("-0.0000", "0.0000") for v in row[:len(shown)]]
+    assert shown == [f"{v:.4f}".replace("-0.0000", "0.0000") for v in row[: len(shown)]]
     mean = sum(row) / 128
     std = math.sqrt(sum((v - mean) ** 2 for v in row) / 128)
     norm = math.sqrt(sum(v * v for v in row))
@@ -304,8 +340,9 @@ def test_wide_rows_show_leading_coordinates_and_true_statistics(wide):
 
 def test_traced_final_norm_row_times_head_gives_the_forward_logits(wide):
     ids = [1, 17, 14]
-    data = json.loads(ok(trace("-c", str(wide), "--ids", ",".join(map(str, ids)), "--position", "1",
-                               "--json", "--top", "5")))
+    data = json.loads(
+        ok(trace("-c", str(wide), "--ids", ",".join(map(str, ids)), "--position", "1", "--json", "--top", "5"))
+    )
     model, _ = load_model(load_config(wide))
     with torch.no_grad():
         logits, _ = model(torch.tensor([ids]))  # the fast path, no recorder

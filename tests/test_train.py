@@ -74,7 +74,7 @@ def test_peak_is_the_learning_rate_at_the_end_of_warmup():
     assert max(rates) == pytest.approx(1e-3)
     assert rates[SCHEDULE.warmup_steps - 1] == pytest.approx(1e-3)
     assert rates[SCHEDULE.warmup_steps] == pytest.approx(1e-3)
-    assert all(r < 1e-3 for r in rates[:SCHEDULE.warmup_steps - 1])
+    assert all(r < 1e-3 for r in rates[: SCHEDULE.warmup_steps - 1])
 
 
 def test_rate_decreases_monotonically_after_warmup():
@@ -107,6 +107,7 @@ def test_no_warmup_starts_at_the_peak():
 
 # ----------------------------------------------------------------------------------------------
 # weight decay on matrices only
+
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_weight_decay_applies_to_matrices_only(tiny_config, tie):
@@ -144,6 +145,7 @@ def test_weight_decay_applies_to_matrices_only(tiny_config, tie):
 
 # ----------------------------------------------------------------------------------------------
 # the run folder
+
 
 def test_run_folder_holds_config_tokenizer_checkpoint_and_metrics(cli, tiny_config, tiny_text, tmp_path):
     run = tmp_path / "run"
@@ -215,31 +217,44 @@ def test_resuming_a_finished_run_does_nothing(cli, tiny_config, tmp_path):
 
 # The real CLI in a real process, paced by a short sleep per batch so the test can send SIGINT
 # mid-run on a fast machine. The sleep changes no number the run computes.
-PACED_CLI = ("import sys, time\n"
-             "import minigpt.data as data\n"
-             "sample = data.Batches.sample\n"
-             "data.Batches.sample = lambda self, generator: (time.sleep(0.004), sample(self, generator))[1]\n"
-             "from minigpt.cli import main\n"
-             "sys.argv[0] = 'minigpt'\n"
-             "main()\n")
+PACED_CLI = (
+    "import sys, time\n"
+    "import minigpt.data as data\n"
+    "sample = data.Batches.sample\n"
+    "data.Batches.sample = lambda self, generator: (time.sleep(0.004), sample(self, generator))[1]\n"
+    "from minigpt.cli import main\n"
+    "sys.argv[0] = 'minigpt'\n"
+    "main()\n"
+)
 
 
 def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, tmp_path):
     steps = 120
-    settings = ["--set", f"train.steps={steps}", "--set", "train.checkpoint_interval=40",
-                "--set", "train.eval_interval=20"]
+    settings = [
+        "--set",
+        f"train.steps={steps}",
+        "--set",
+        "train.checkpoint_interval=40",
+        "--set",
+        "train.eval_interval=20",
+    ]
     straight = tmp_path / "straight"
     train_tiny(cli, tiny_config, straight, "--quiet", *settings)
 
     run = tmp_path / "interrupted"
-    process = subprocess.Popen([sys.executable, "-c", PACED_CLI, "train", "-c", str(tiny_config),
-                                "--out", str(run), *settings],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    process = subprocess.Popen(
+        [sys.executable, "-c", PACED_CLI, "train", "-c", str(tiny_config), "--out", str(run), *settings],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
     stderr = interrupt_once_training(process, run, signal.SIGINT)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
-    found = re.search(rf"interrupted at step (\d+)/{steps}; checkpoint saved in (.+?)\. Resume with: (.+)$",
-                      stderr, re.M)
+    found = re.search(
+        rf"interrupted at step (\d+)/{steps}; checkpoint saved in (.+?)\. Resume with: (.+)$", stderr, re.M
+    )
     assert found, stderr
     stopped = int(found[1])
     assert 5 <= stopped < steps
@@ -276,8 +291,9 @@ def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, t
     assert resumed == numbers(straight)
 
 
-def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(cli, tiny_config, tmp_path,
-                                                                                 monkeypatch):
+def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(
+    cli, tiny_config, tmp_path, monkeypatch
+):
     straight = tmp_path / "straight"
     train_tiny(cli, tiny_config, straight, "--quiet")
 
@@ -307,19 +323,21 @@ def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(
 # ----------------------------------------------------------------------------------------------
 # refused resumes
 
-@pytest.mark.parametrize("override, expected", [
-    ("train.learning_rate=0.002", ["config differs", "[train] learning_rate: 0.002 != 0.003"]),
-    ("train.seed=1", ["config differs", "[train] seed: 1 != 1337"]),
-    ("tokenizer.kind=byte", ["config differs", "[tokenizer] kind: 'byte' != 'char'"]),
-    ("model.n_embd=32", ["[model] section", "n_embd: 32 != 16"]),
-])
-def test_resume_with_another_config_is_refused_naming_the_difference(cli, tiny_config, tmp_path,
-                                                                     override, expected):
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("train.learning_rate=0.002", ["config differs", "[train] learning_rate: 0.002 != 0.003"]),
+        ("train.seed=1", ["config differs", "[train] seed: 1 != 1337"]),
+        ("tokenizer.kind=byte", ["config differs", "[tokenizer] kind: 'byte' != 'char'"]),
+        ("model.n_embd=32", ["[model] section", "n_embd: 32 != 16"]),
+    ],
+)
+def test_resume_with_another_config_is_refused_naming_the_difference(cli, tiny_config, tmp_path, override, expected):
     run = tmp_path / "run"
     train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
     before = snapshot(run)
-    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume",
-                          "--set", override))
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume", "--set", override))
     for text in expected:
         assert text in line
     assert snapshot(run) == before
@@ -331,8 +349,7 @@ def test_resume_on_an_edited_corpus_is_refused(cli, tiny_config, tiny_text, tmp_
     before = snapshot(run)
     old = hashlib.sha256(tiny_text.read_bytes()).hexdigest()
     # Same characters (the char tokenizer does not change), different text.
-    tiny_text.write_text(tiny_text.read_text(encoding="utf-8").replace("Citizen", "Citizem", 1),
-                         encoding="utf-8")
+    tiny_text.write_text(tiny_text.read_text(encoding="utf-8").replace("Citizen", "Citizem", 1), encoding="utf-8")
     new = hashlib.sha256(tiny_text.read_bytes()).hexdigest()
     line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume"))
     assert f"the corpus {tiny_text} differs" in line
@@ -366,19 +383,23 @@ def test_resume_and_force_together_are_refused(cli, tiny_config, tmp_path):
 # ----------------------------------------------------------------------------------------------
 # bad inputs: one error line, no traceback, no run folder
 
+
 def _write(path: Path, content: bytes | None) -> Path:
     if content is not None:
         path.write_bytes(content)
     return path
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, "does not exist"),
-    (b"", "is empty"),
-    ("dir", "is a directory"),
-    (b"abc\x00def" * 10, "looks binary (NUL byte at offset 3)"),
-    (b"hello \xff world" * 10, "is not UTF-8: invalid byte 0xff at offset 6"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        ("dir", "is a directory"),
+        (b"abc\x00def" * 10, "looks binary (NUL byte at offset 3)"),
+        (b"hello \xff world" * 10, "is not UTF-8: invalid byte 0xff at offset 6"),
+    ],
+)
 def test_unusable_training_text_is_refused_in_one_line(cli, tiny_config, tmp_path, content, expected):
     data = tmp_path / "input"
     if content == "dir":
@@ -461,8 +482,21 @@ def test_resume_with_the_same_text_under_another_path_continues(cli, tiny_config
     torch.save(payload, run / "checkpoint.pt")
     moved = tmp_path / "moved.txt"
     moved.write_bytes(tiny_text.read_bytes())
-    result = cli("train", "-c", tiny_config, "--out", run, "--steps", "20", "--resume", "--data", moved,
-                 "--set", "train.checkpoint_interval=10", "--quiet")
+    result = cli(
+        "train",
+        "-c",
+        tiny_config,
+        "--out",
+        run,
+        "--steps",
+        "20",
+        "--resume",
+        "--data",
+        moved,
+        "--set",
+        "train.checkpoint_interval=10",
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 20
 
@@ -484,8 +518,9 @@ def test_a_damaged_checkpoint_is_refused_without_suggesting_unsafe_loading(cli, 
 
 def test_warmup_longer_than_the_run_is_pointed_out(cli, tiny_config, tmp_path):
     result = train_tiny(cli, tiny_config, tmp_path / "run", "--steps", "5", "--set", "train.warmup_steps=8")
-    assert ("note: warmup_steps = 8 is not below steps = 5, so the learning rate never reaches "
-            "learning_rate = 0.003") in result.stderr
+    assert (
+        "note: warmup_steps = 8 is not below steps = 5, so the learning rate never reaches learning_rate = 0.003"
+    ) in result.stderr
 
 
 def test_run_files_get_the_usual_permissions(cli, tiny_config, tmp_path):
@@ -508,6 +543,7 @@ def test_the_time_estimate_leaves_the_runs_numbers_untouched(cli, tiny_config, t
 
 # ----------------------------------------------------------------------------------------------
 # Muon beside AdamW
+
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
     from minigpt.train import Optimizers
@@ -553,17 +589,33 @@ def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_conf
 # ----------------------------------------------------------------------------------------------
 # the best checkpoint
 
+
 def test_best_pt_holds_the_weights_at_the_lowest_validation_loss_and_commands_read_it(cli, tiny_config, tmp_path):
     run = tmp_path / "run"
-    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "30", "--set", "train.learning_rate=0.05",
-               "--set", "train.eval_interval=5", "--set", "train.checkpoint_interval=30")
+    train_tiny(
+        cli,
+        tiny_config,
+        run,
+        "--quiet",
+        "--steps",
+        "30",
+        "--set",
+        "train.learning_rate=0.05",
+        "--set",
+        "train.eval_interval=5",
+        "--set",
+        "train.checkpoint_interval=30",
+    )
     evals = [r for r in metrics(run) if r.get("eval")]
     best = min(evals, key=lambda r: r["val_loss"])
     payload = torch.load(run / "best.pt", weights_only=True)
     assert set(payload) == {"format", "model", "model_config", "vocab_size", "step", "val_loss", "val_bpb"}
     assert payload["step"] == best["step"] and payload["val_loss"] == best["val_loss"]
-    for command in (["sample", "-n", "5", "-p", "The"], ["trace", "-p", "The"],
-                    ["eval", "--data", tmp_path / "tiny.txt"]):
+    for command in (
+        ["sample", "-n", "5", "-p", "The"],
+        ["trace", "-p", "The"],
+        ["eval", "--data", tmp_path / "tiny.txt"],
+    ):
         result = cli(*command[:1], "--run", run, "--checkpoint", "best", *command[1:])
         assert result.exit_code == 0, (command, result.output)
     from minigpt.config import load_config as load
@@ -598,12 +650,22 @@ def test_the_closing_summary_draws_the_validation_curve(cli, tiny_config, tmp_pa
 # ----------------------------------------------------------------------------------------------
 # samples during training
 
+
 def test_samples_during_training_are_shown_and_logged_and_change_no_weight(cli, tiny_config, tmp_path):
     plain = tmp_path / "plain"
     train_tiny(cli, tiny_config, plain, "--quiet")
     sampled = tmp_path / "sampled"
-    result = train_tiny(cli, tiny_config, sampled, "--set", "train.sample_every=5", "--set", 'train.sample_prompt="The"',
-                        "--set", "train.sample_tokens=12")
+    result = train_tiny(
+        cli,
+        tiny_config,
+        sampled,
+        "--set",
+        "train.sample_every=5",
+        "--set",
+        'train.sample_prompt="The"',
+        "--set",
+        "train.sample_tokens=12",
+    )
     assert result.stderr.count("--- sample at step ") == 4 and "--- sample at step 20 ---\nThe" in result.stderr
     samples = [r for r in metrics(sampled) if "sample" in r]
     assert [r["step"] for r in samples] == [5, 10, 15, 20] and all(len(r["sample"]) == 12 for r in samples)
@@ -615,7 +677,18 @@ def test_samples_during_training_are_shown_and_logged_and_change_no_weight(cli, 
 
 def test_a_sample_prompt_longer_than_the_table_is_refused_before_anything_is_written(cli, tiny_config, tmp_path):
     run = tmp_path / "run"
-    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--set", "train.sample_every=5",
-                          "--set", 'train.sample_prompt="ROMEO: far longer than eight"'))
+    line = error_line(
+        cli(
+            "train",
+            "-c",
+            tiny_config,
+            "--out",
+            run,
+            "--set",
+            "train.sample_every=5",
+            "--set",
+            'train.sample_prompt="ROMEO: far longer than eight"',
+        )
+    )
     assert "[train] sample_prompt has 28 tokens but the position table has 8 rows" in line
     assert not run.exists()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
+from typing import Any, NoReturn
 
 import typer
 
@@ -37,8 +38,11 @@ def say(message: str, quiet: bool = False) -> None:
 def flags(named: dict[str, Any]) -> dict[str, tuple[str, Any]]:
     """Dedicated flags as config overrides: {"train.steps": 500} -> {"train.steps": ("--steps", 500)}.
     A flag that was not given (None) is left out; the flag's name is how messages refer to it."""
-    return {name: ("--" + name.partition(".")[2].replace("_", "-"), value)
-            for name, value in named.items() if value is not None}
+    return {
+        name: ("--" + name.partition(".")[2].replace("_", "-"), value)
+        for name, value in named.items()
+        if value is not None
+    }
 
 
 def shown_path(path: Path) -> str:

@@ -20,7 +20,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -34,8 +34,9 @@ from .trace import parse_ids, parse_interventions
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
 
 
-def main(config: Optional[Path], run: Optional[Path], host: str, port: int, overrides: list[str],
-         checkpoint: str = "last") -> None:
+def main(
+    config: Path | None, run: Path | None, host: str, port: int, overrides: list[str], checkpoint: str = "last"
+) -> None:
     with user_errors():
         cfg, run_dir = reading_config(config, run, overrides)
         use_threads(cfg.train.threads or 1)
@@ -45,7 +46,9 @@ def main(config: Optional[Path], run: Optional[Path], host: str, port: int, over
         try:
             server = ThreadingHTTPServer((host, port), _handler(explorer, page))
         except OSError as exc:
-            raise MinigptError(f"cannot serve on {host}:{port} ({exc.strerror or exc}); choose another --port") from None
+            raise MinigptError(
+                f"cannot serve on {host}:{port} ({exc.strerror or exc}); choose another --port"
+            ) from None
     address = f"http://{host}:{server.server_address[1]}/"
     typer.echo(f"minigpt explore: {run_dir} at {address} (Ctrl-C stops)", err=True)
     typer.echo(address)  # on stdout alone, for scripts
@@ -67,9 +70,16 @@ class Explorer:
 
     def model_info(self) -> dict[str, Any]:
         cfg = self.model.cfg
-        return {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "context": cfg.context,
-                "norm": cfg.norm, "activation": cfg.activation, "vocab_size": self.model.vocab_size,
-                "prompt": self.first_prompt()}
+        return {
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_embd": cfg.n_embd,
+            "context": cfg.context,
+            "norm": cfg.norm,
+            "activation": cfg.activation,
+            "vocab_size": self.model.vocab_size,
+            "prompt": self.first_prompt(),
+        }
 
     def first_prompt(self) -> str:
         """What the page traces first: "ROMEO:" where the tokenizer can write it, else the first
@@ -84,8 +94,12 @@ class Explorer:
         text, ids = request.get("prompt"), request.get("ids")
         if (text is None) == (ids is None):
             raise MinigptError("give the tokens with exactly one of prompt or ids")
-        interventions = parse_interventions(_strings(request, "scale"), _strings(request, "replace_residual"),
-                                            _strings(request, "ablate_head"), request.get("set_input") or None)
+        interventions = parse_interventions(
+            _strings(request, "scale"),
+            _strings(request, "replace_residual"),
+            _strings(request, "ablate_head"),
+            request.get("set_input") or None,
+        )
         position = request.get("position")
         if position is not None and not isinstance(position, int):
             raise MinigptError(f"position {position!r} is not an integer")
@@ -93,15 +107,21 @@ class Explorer:
             token_ids = parse_ids(str(ids)) if ids is not None else prompt_ids(self.tokenizer, str(text))
             at_position = bool(request.get("at_position"))
             if interventions:
-                return compare(self.model, self.tokenizer, token_ids, interventions, position=position,
-                               only_at_position=at_position).as_dict()
+                return compare(
+                    self.model,
+                    self.tokenizer,
+                    token_ids,
+                    interventions,
+                    position=position,
+                    only_at_position=at_position,
+                ).as_dict()
             return trace_position(self.model, self.tokenizer, token_ids, position=position).as_dict()
 
 
 def _strings(request: dict[str, Any], key: str) -> list[str]:
     value = request.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise MinigptError(f"{key} must be a list of strings, e.g. [\"0.attention=0\"]")
+        raise MinigptError(f'{key} must be a list of strings, e.g. ["0.attention=0"]')
     return value
 
 
@@ -143,4 +163,5 @@ def _handler(explorer: Explorer, page: bytes) -> type[BaseHTTPRequestHandler]:
                 self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
             except (ValueError, UnicodeDecodeError) as exc:  # malformed JSON or headers
                 self._json(HTTPStatus.BAD_REQUEST, {"error": f"malformed request: {exc}"})
+
     return Handler

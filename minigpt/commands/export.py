@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -15,8 +14,9 @@ from .common import user_errors
 FORMATS = ("safetensors", "hf")
 
 
-def main(config: Optional[Path], run: Optional[Path], format: str, out: Path, overrides: list[str],
-         checkpoint: str = "last") -> None:
+def main(
+    config: Path | None, run: Path | None, format: str, out: Path, overrides: list[str], checkpoint: str = "last"
+) -> None:
     with user_errors():
         if format not in FORMATS:
             raise MinigptError(f"--format {format!r} is not one of: {', '.join(FORMATS)}")

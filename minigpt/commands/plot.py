@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,7 +12,7 @@ from ..run import read_metrics
 from .common import shown_path, user_errors
 
 
-def main(runs: list[Path], out: Optional[Path], x: str) -> None:
+def main(runs: list[Path], out: Path | None, x: str) -> None:
     with user_errors():
         if x not in ("step", "time"):
             raise MinigptError(f"--x {x!r} is not one of: step, time")

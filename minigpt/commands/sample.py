@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TextIO
 
 import torch
 
@@ -25,9 +25,18 @@ from ..run import load_model, reading_config
 from .common import flags, user_errors
 
 
-def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], prompt_file: Optional[Path],
-         options: dict, stop: Optional[str], as_json: bool, overrides: list[str], kv_cache: bool,
-         checkpoint: str = "last") -> None:
+def main(
+    config: Path | None,
+    run: Path | None,
+    prompt: str | None,
+    prompt_file: Path | None,
+    options: dict,
+    stop: str | None,
+    as_json: bool,
+    overrides: list[str],
+    kv_cache: bool,
+    checkpoint: str = "last",
+) -> None:
     """`options`: the [sample] flags as {"sample.key": value or None}."""
     with user_errors():
         if prompt is not None and prompt_file is not None:
@@ -36,8 +45,13 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], pro
         # Prompt and stop text are free text: taken as given, not round-tripped through TOML.
         if stop is not None:
             cfg.sample.stop = stop
-        text = (read_text(prompt_file, "prompt file", "--prompt-file")[0] if prompt_file is not None
-                else prompt if prompt is not None else cfg.sample.prompt)
+        text = (
+            read_text(prompt_file, "prompt file", "--prompt-file")[0]
+            if prompt_file is not None
+            else prompt
+            if prompt is not None
+            else cfg.sample.prompt
+        )
         sample_command(cfg, text, run_dir, as_json=as_json, use_cache=kv_cache, checkpoint=checkpoint)
 
 
@@ -56,16 +70,31 @@ class SampleResult:
         return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
 
     def to_json(self, sample: int) -> dict:
-        return {"sample": sample, "prompt": self.prompt, "completion": self.completion,
-                "prompt_ids": self.prompt_ids, "token_ids": self.token_ids,
-                "token_probs": [round(p, 6) for p in self.token_probs], "stop_reason": self.stop_reason,
-                "new_tokens": len(self.token_ids), "seconds": round(self.seconds, 6),
-                "tokens_per_second": round(self.tokens_per_second, 2)}
+        return {
+            "sample": sample,
+            "prompt": self.prompt,
+            "completion": self.completion,
+            "prompt_ids": self.prompt_ids,
+            "token_ids": self.token_ids,
+            "token_probs": [round(p, 6) for p in self.token_probs],
+            "stop_reason": self.stop_reason,
+            "new_tokens": len(self.token_ids),
+            "seconds": round(self.seconds, 6),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+        }
 
 
-def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_json: bool = False,
-                   use_cache: bool = True, out: TextIO | None = None,
-                   err: TextIO | None = None, checkpoint: str = "last") -> list[SampleResult]:
+def sample_command(
+    cfg: Config,
+    prompt: str,
+    run_dir: Path | None = None,
+    *,
+    as_json: bool = False,
+    use_cache: bool = True,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    checkpoint: str = "last",
+) -> list[SampleResult]:
     """`minigpt sample`: load the run the config names, continue `prompt` as `cfg.sample` says.
 
     One sample streams to `out` as it is produced (prompt first); several are printed when done,
@@ -83,9 +112,19 @@ def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_
     prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(s.seed)
-    generation = generate(model, prompt_ids, s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,
-                          top_p=s.top_p, greedy=s.greedy, generator=generator, num_samples=s.num_samples,
-                          use_cache=use_cache, slide=s.slide)
+    generation = generate(
+        model,
+        prompt_ids,
+        s.max_new_tokens,
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        greedy=s.greedy,
+        generator=generator,
+        num_samples=s.num_samples,
+        use_cache=use_cache,
+        slide=s.slide,
+    )
     samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
     stream = s.num_samples == 1 and not as_json
 
@@ -118,8 +157,17 @@ def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_
         if stream:
             write(tail)
         reason = "stop_text" if sample.stopped else generation.stop_reason
-        results.append(SampleResult(text, list(prompt_ids), sample.text, sample.ids, sample.probs, reason,
-                                    (sample.finished_at or end) - start))
+        results.append(
+            SampleResult(
+                text,
+                list(prompt_ids),
+                sample.text,
+                sample.ids,
+                sample.probs,
+                reason,
+                (sample.finished_at or end) - start,
+            )
+        )
 
     if as_json:
         for i, result in enumerate(results, 1):
@@ -133,10 +181,15 @@ def sample_command(cfg: Config, prompt: str, run_dir: Path | None = None, *, as_
             write(f"--- sample {i} ---\n{whole}{'' if whole.endswith(chr(10)) else chr(10)}")
     total = sum(len(r.token_ids) for r in results)
     reasons = ", ".join(dict.fromkeys(r.stop_reason for r in results))
-    note = (f" (the text fills the {model.context}-row position table; drop --no-slide to continue "
-            f"with a sliding window)" if "context_limit" in reasons else "")
-    err.write(f"minigpt: {len(results)} sample{'s' if len(results) > 1 else ''}, {total} new tokens in "
-              f"{end - start:.2f} s ({total / (end - start) if end > start else 0.0:.1f} tokens/s); "
-              f"stopped: {reasons}{note}\n")
+    note = (
+        f" (the text fills the {model.context}-row position table; drop --no-slide to continue with a sliding window)"
+        if "context_limit" in reasons
+        else ""
+    )
+    err.write(
+        f"minigpt: {len(results)} sample{'s' if len(results) > 1 else ''}, {total} new tokens in "
+        f"{end - start:.2f} s ({total / (end - start) if end > start else 0.0:.1f} tokens/s); "
+        f"stopped: {reasons}{note}\n"
+    )
     err.flush()
     return results

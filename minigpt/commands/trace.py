@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from ..device import pick_device, use_threads
 from ..errors import MinigptError
-from ..run import load_model, reading_config
 from ..interventions import AblateHead, Intervention, ReplaceResidual, Scale, SetInput
+from ..run import load_model, reading_config
 from ..trace import compare, prompt_ids, trace_position
 from ..trace_text import check_display_options, render_comparison, render_text
 from .common import user_errors
 
 
-def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids: Optional[str],
-         position: Optional[int], block: Optional[int], digits: int, top: int, as_json: bool,
-         overrides: list[str], scale: list[str] = (), replace_residual: list[str] = (),
-         ablate_head: list[str] = (), set_input: Optional[str] = None, at_position: bool = False,
-         compare_passes: bool = False, checkpoint: str = "last", png: Optional[Path] = None) -> None:
+def main(
+    config: Path | None,
+    run: Path | None,
+    prompt: str | None,
+    ids: str | None,
+    position: int | None,
+    block: int | None,
+    digits: int,
+    top: int,
+    as_json: bool,
+    overrides: list[str],
+    scale: list[str] = (),
+    replace_residual: list[str] = (),
+    ablate_head: list[str] = (),
+    set_input: str | None = None,
+    at_position: bool = False,
+    compare_passes: bool = False,
+    checkpoint: str = "last",
+    png: Path | None = None,
+) -> None:
     with user_errors():
         if (prompt is None) == (ids is None):
             raise MinigptError("give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4")
@@ -28,20 +42,38 @@ def main(config: Optional[Path], run: Optional[Path], prompt: Optional[str], ids
         token_ids = parse_ids(ids) if ids is not None else None
         interventions = parse_interventions(scale, replace_residual, ablate_head, set_input)
         if compare_passes and not interventions:
-            raise MinigptError("--compare needs at least one intervention (--scale, --replace-residual, "
-                               "--ablate-head or --set-input) to compare with")
+            raise MinigptError(
+                "--compare needs at least one intervention (--scale, --replace-residual, "
+                "--ablate-head or --set-input) to compare with"
+            )
         cfg, run_dir = reading_config(config, run, overrides)
         use_threads(cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
         model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
         if token_ids is None:
             token_ids = prompt_ids(tokenizer, prompt)
         if compare_passes:
-            compared = compare(model, tokenizer, token_ids, interventions, position=position, block=block,
-                               top=top, only_at_position=at_position)
+            compared = compare(
+                model,
+                tokenizer,
+                token_ids,
+                interventions,
+                position=position,
+                block=block,
+                top=top,
+                only_at_position=at_position,
+            )
             typer.echo(compared.to_json() if as_json else render_comparison(compared, digits=digits))
             return
-        result = trace_position(model, tokenizer, token_ids, position=position, block=block, top=top,
-                                interventions=interventions, only_at_position=at_position)
+        result = trace_position(
+            model,
+            tokenizer,
+            token_ids,
+            position=position,
+            block=block,
+            top=top,
+            interventions=interventions,
+            only_at_position=at_position,
+        )
         if png is not None:
             from ..plot import attention_figure, save_png
 
@@ -58,13 +90,15 @@ def parse_ids(text: str) -> list[int]:
         try:
             ids.append(int(part.strip()))
         except ValueError:
-            raise MinigptError(f"--ids {text!r}: {part.strip()!r} is not an integer; give comma-separated "
-                               f"token ids, e.g. --ids 3,1,4") from None
+            raise MinigptError(
+                f"--ids {text!r}: {part.strip()!r} is not an integer; give comma-separated token ids, e.g. --ids 3,1,4"
+            ) from None
     return ids
 
 
-def parse_interventions(scale: list[str], replace_residual: list[str], ablate_head: list[str],
-                        set_input: Optional[str]) -> list[Intervention]:
+def parse_interventions(
+    scale: list[str], replace_residual: list[str], ablate_head: list[str], set_input: str | None
+) -> list[Intervention]:
     """The intervention flags as typed values: `--scale B.attention=K`, `--replace-residual B`,
     `--ablate-head B.H`, `--set-input "2,2,2,2"` (B: a block index or `all`). Whether they fit the
     model (blocks, heads, width) is checked when the model is known."""
@@ -73,8 +107,9 @@ def parse_interventions(scale: list[str], replace_residual: list[str], ablate_he
         target, sep, factor = text.partition("=")
         where, dot, stage = target.partition(".")
         if not sep or not dot:
-            raise MinigptError(f"--scale {text!r}: expected BLOCK.STAGE=FACTOR, e.g. --scale 0.attention=0 "
-                               f"or --scale all.ffn=0.5")
+            raise MinigptError(
+                f"--scale {text!r}: expected BLOCK.STAGE=FACTOR, e.g. --scale 0.attention=0 or --scale all.ffn=0.5"
+            )
         out.append(Scale(_block_index(where, f"--scale {text}"), stage.strip(), _number(factor, f"--scale {text}")))
     for text in replace_residual:
         out.append(ReplaceResidual(_block_index(text, f"--replace-residual {text}")))
@@ -82,8 +117,9 @@ def parse_interventions(scale: list[str], replace_residual: list[str], ablate_he
         where, dot, head = text.partition(".")
         if not dot:
             raise MinigptError(f"--ablate-head {text!r}: expected BLOCK.HEAD, e.g. --ablate-head 0.1")
-        out.append(AblateHead(_block_index(where, f"--ablate-head {text}"),
-                              _integer(head, f"--ablate-head {text}", "head")))
+        out.append(
+            AblateHead(_block_index(where, f"--ablate-head {text}"), _integer(head, f"--ablate-head {text}", "head"))
+        )
     if set_input is not None:
         out.append(SetInput(tuple(_number(v, "--set-input") for v in set_input.split(","))))
     return out
@@ -98,8 +134,10 @@ def _integer(text: str, where: str, what: str) -> int:
     try:
         return int(text.strip())
     except ValueError:
-        raise MinigptError(f"{where}: {what} {text.strip()!r} is not an integer"
-                           + ("; give a block index or 'all'" if what == "block" else "")) from None
+        raise MinigptError(
+            f"{where}: {what} {text.strip()!r} is not an integer"
+            + ("; give a block index or 'all'" if what == "block" else "")
+        ) from None
 
 
 def _number(text: str, where: str) -> float:

@@ -10,25 +10,33 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
 
 import typer
 
+from .. import distributed
 from ..config import load_config
 from ..device import keep_freed_memory
+from ..distributed import RefusedElsewhere
 from ..errors import MinigptError
 from ..events import EvalDone, Listener, StepDone
 from ..run import METRICS_FILE, BestKeeper, MetricsLog, read_metrics
-from .. import distributed
-from ..distributed import RefusedElsewhere
 from ..train import CheckpointSaver, Sampler, Trainer, estimate_seconds, start
 from .common import command_line, flags, refuse, say, shown_path, user_errors
 
 
-def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
-         overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
+def main(
+    config: Path | None,
+    data: Path | None,
+    out: Path | None,
+    steps: int | None,
+    overrides: list[str],
+    resume: bool,
+    force: bool,
+    quiet: bool,
+) -> None:
     world = distributed.from_environment()  # torchrun: one process per rank; otherwise a world of one
     together = False  # every rank ends at this same point: done, or stopped by an agreed refusal
     before = _sigterm_interrupts()
@@ -46,10 +54,13 @@ def main(config: Optional[Path], data: Optional[Path], out: Optional[Path], step
         if not distributed.lost_contact(world, exc):
             raise
         if world.is_main:  # the rank that went away, if it could, said why in its own output
-            refuse("another rank of this torchrun job stopped without warning (its process ended or its machine "
-                   "went away), so this one stops too; that rank's output says why. Once training has begun the run "
-                   "folder's last checkpoint is intact: fix the cause, then run the same launch with --resume "
-                   "(before that, nothing was written: run it again as it was)", code=1)
+            refuse(
+                "another rank of this torchrun job stopped without warning (its process ended or its machine "
+                "went away), so this one stops too; that rank's output says why. Once training has begun the run "
+                "folder's last checkpoint is intact: fix the cause, then run the same launch with --resume "
+                "(before that, nothing was written: run it again as it was)",
+                code=1,
+            )
         raise typer.Exit(1) from None
     finally:
         distributed.finish(world, together)
@@ -61,6 +72,7 @@ def _sigterm_interrupts():
     """Before the training loop, SIGTERM stops the command as Ctrl-C does, through its cleanup (the
     run folder's lock is removed, nothing half-made stays), instead of killing the process where it
     stands. Returns the handler it replaced (None off the main thread, where none can be set)."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
@@ -70,21 +82,46 @@ def _sigterm_interrupts():
         return None
 
 
-def _train(world: distributed.World, config: Optional[Path], data: Optional[Path], out: Optional[Path],
-           steps: Optional[int], overrides: list[str], resume: bool, force: bool, quiet: bool) -> None:
+def _train(
+    world: distributed.World,
+    config: Path | None,
+    data: Path | None,
+    out: Path | None,
+    steps: int | None,
+    overrides: list[str],
+    resume: bool,
+    force: bool,
+    quiet: bool,
+) -> None:
     keep_freed_memory()  # fewer fresh pages per step: see device.py
 
     def read_config():
         if resume and force:
-            raise MinigptError("--resume and --force contradict each other; --resume continues a run, "
-                               "--force replaces it")
-        return load_config(config, overrides, flags({"train.data": str(data) if data else None,
-                                                     "train.out": str(out) if out else None, "train.steps": steps}))
+            raise MinigptError(
+                "--resume and --force contradict each other; --resume continues a run, --force replaces it"
+            )
+        return load_config(
+            config,
+            overrides,
+            flags(
+                {
+                    "train.data": str(data) if data else None,
+                    "train.out": str(out) if out else None,
+                    "train.steps": steps,
+                }
+            ),
+        )
 
     cfg = distributed.agree(world, read_config)  # every rank reads the same; a mistake is said once, by rank 0
     quiet = quiet or not world.is_main  # one voice: rank 0's
-    session = start(cfg, resume=resume, force=force, preparing=lambda message: _transient(quiet, message),
-                    progress=lambda label, total: _progress(quiet, label, total), world=world)
+    session = start(
+        cfg,
+        resume=resume,
+        force=force,
+        preparing=lambda message: _transient(quiet, message),
+        progress=lambda label, total: _progress(quiet, label, total),
+        world=world,
+    )
     try:
         _run(session, config, data, out, steps, overrides, quiet)
     finally:
@@ -92,8 +129,15 @@ def _train(world: distributed.World, config: Optional[Path], data: Optional[Path
         session.forward_model = None  # the DDP wrapper goes before its process group
 
 
-def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Path], steps: Optional[int],
-         overrides: list[str], quiet: bool) -> None:
+def _run(
+    session,
+    config: Path | None,
+    data: Path | None,
+    out: Path | None,
+    steps: int | None,
+    overrides: list[str],
+    quiet: bool,
+) -> None:
     cfg = session.cfg
     run_dir = cfg.run_dir
     if session.finished:
@@ -103,12 +147,15 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         say(note, quiet)
     tc = cfg.train
     if not quiet:
-        estimate = _seconds(estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step,
-                                             session.precision))
-        say(f"minigpt train: {session.model.num_parameters():,} parameters, {len(session.corpus.train_ids):,} train / "
+        estimate = _seconds(
+            estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step, session.precision)
+        )
+        say(
+            f"minigpt train: {session.model.num_parameters():,} parameters, {len(session.corpus.train_ids):,} train / "
             f"{len(session.corpus.val_ids):,} val tokens ({session.corpus.tokenizer.vocab_size} ids), "
             f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
-            f"about {estimate}; run folder {run_dir}")
+            f"about {estimate}; run folder {run_dir}"
+        )
 
     again = ["-c", config] if config else []
     again += [a for o in overrides for a in ("--set", o)]
@@ -121,8 +168,9 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
     def run_folder_writers() -> list[Listener]:
         if not session.world.is_main:  # only rank 0 writes the run folder
             return []
-        metrics = MetricsLog(run_dir / METRICS_FILE, tc.log_interval,
-                             keep_through_step=session.step if session.resumed else None)
+        metrics = MetricsLog(
+            run_dir / METRICS_FILE, tc.log_interval, keep_through_step=session.step if session.resumed else None
+        )
 
         def show(step: int, text: str) -> None:
             metrics.write({"step": step, "sample": text})
@@ -139,29 +187,40 @@ def _run(session, config: Optional[Path], data: Optional[Path], out: Optional[Pa
         with _ctrl_c_stops(trainer.request_stop):
             result = trainer.run()
     except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically, so it stands
-        refuse(f"could not write to the run folder {run_dir} ({exc.strerror or exc}); its last checkpoint (step "
-               f"{saver.last_step}) is intact: make room, then resume with: {resume_with}", code=1)
+        refuse(
+            f"could not write to the run folder {run_dir} ({exc.strerror or exc}); its last checkpoint (step "
+            f"{saver.last_step}) is intact: make room, then resume with: {resume_with}",
+            code=1,
+        )
 
     main = session.world.is_main
     if result.diverged is not None:
         if not main:  # every rank stops; rank 0 says why
             raise typer.Exit(1)
         d = result.diverged
-        refuse(f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): it was not applied "
-               f"and training stopped; the last good checkpoint (step {saver.last_step}) is intact in {run_dir}. Lower "
-               f"train.learning_rate or set train.grad_clip (for example 1.0) and train again with --force; "
-               f"--resume retries from step {saver.last_step} with the same settings", code=1)
+        refuse(
+            f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): "
+            f"it was not applied "
+            f"and training stopped; the last good checkpoint (step {saver.last_step}) is intact in {run_dir}. Lower "
+            f"train.learning_rate or set train.grad_clip (for example 1.0) and train again with --force; "
+            f"--resume retries from step {saver.last_step} with the same settings",
+            code=1,
+        )
     if result.stopped:
-        say(f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}",
-            quiet=not main)
+        say(
+            f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}",
+            quiet=not main,
+        )
         raise typer.Exit(130)
     if quiet:  # the summary reads the metrics log: rank 0's alone
         return
     val = f"{result.val_loss:.4f} nats/token = {result.val_bpb:.4f} bits/byte" if result.val_loss is not None else "n/a"
-    say(f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
+    say(
+        f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
         f"val loss {val}; run folder {run_dir}\n"
         f"{_val_curve(run_dir)}"
-        f"sample with: {command_line('minigpt', 'sample', '--run', shown_path(run_dir))} -p \"ROMEO:\"")
+        f'sample with: {command_line("minigpt", "sample", "--run", shown_path(run_dir))} -p "ROMEO:"'
+    )
 
 
 def _resume_command(world: distributed.World, again: list) -> str:
@@ -170,9 +229,12 @@ def _resume_command(world: distributed.World, again: list) -> str:
         return command_line("minigpt", "train", *again, "--resume")
     per_machine = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     if per_machine == world.size:  # one machine: the whole launch can be written out
-        return command_line("torchrun", "--standalone", f"--nproc_per_node={per_machine}", "-m", "minigpt", "train",
-                            *again, "--resume")
-    return f"the same torchrun launch on every machine, of: {command_line('-m', 'minigpt', 'train', *again, '--resume')}"
+        return command_line(
+            "torchrun", "--standalone", f"--nproc_per_node={per_machine}", "-m", "minigpt", "train", *again, "--resume"
+        )
+    return (
+        f"the same torchrun launch on every machine, of: {command_line('-m', 'minigpt', 'train', *again, '--resume')}"
+    )
 
 
 class ProgressBar(Listener):
@@ -181,8 +243,14 @@ class ProgressBar(Listener):
     def __init__(self, initial: int, total: int, quiet: bool):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=initial, disable=quiet, unit="step", dynamic_ncols=True,
-                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            disable=quiet,
+            unit="step",
+            dynamic_ncols=True,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]",
+        )
         self.val: float | None = None
         self.last: StepDone | None = None
 
@@ -279,8 +347,10 @@ def _val_curve(run_dir: Path) -> str:
         return ""
     if len(evals) < 2:
         return ""
-    return (f"val loss by evaluation: {sparkline([r['val_loss'] for r in evals])}  {evals[0]['val_loss']:.3f} at step "
-            f"{evals[0]['step']} -> {evals[-1]['val_loss']:.3f} at step {evals[-1]['step']}\n")
+    return (
+        f"val loss by evaluation: {sparkline([r['val_loss'] for r in evals])}  {evals[0]['val_loss']:.3f} at step "
+        f"{evals[0]['step']} -> {evals[-1]['val_loss']:.3f} at step {evals[-1]['step']}\n"
+    )
 
 
 def _seconds(seconds: float) -> str:
