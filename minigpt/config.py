@@ -17,11 +17,11 @@ import json
 import math
 import sysconfig
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, option
 
 
 def _shipped_root() -> Path:
@@ -261,16 +261,16 @@ def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`section.key=value` -> (section, key, value). The value is read as TOML, else as a bare string."""
-    where = f"--set {text}"
+    where = f"{option('set')} {text}"
     name, sep, raw = text.partition("=")
     section, dot, key = name.strip().partition(".")
     if not sep or not dot or not section or not key:
-        raise ConfigError(f"{where}: expected section.key=value, e.g. --set model.n_layer=2")
+        raise ConfigError(f"{where}: expected section.key=value, e.g. {option('set')} model.n_layer=2")
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw  # bare words such as --set tokenizer.kind=char
+        value = raw  # bare words such as tokenizer.kind=char
     return section, key.strip(), value
 
 
@@ -304,21 +304,23 @@ def load_config(
     overrides: list[str] | tuple[str, ...] = (),
     flags: dict[str, tuple[str, Any]] | None = None,
 ) -> Config:
-    """Read a config file (the shipped default when None), apply --set overrides, then dedicated
-    command-line flags ({"train.steps": ("--steps", 500)}, already typed), and validate."""
+    """Read a config file (the shipped default when None), apply `section.key=value` overrides, then
+    the options that stand for one key each ({"train.steps": ("steps", 500)}: the value already typed,
+    and the option's name for messages), and validate."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     where = str(path)
     if not path.exists():
         if path == DEFAULT_CONFIG:
             raise ConfigError(
                 f"the default config {where} is not installed; install minigpt from its "
-                f"checkout (`pip install -e .` or `pip install .`), or pass your own TOML file with -c"
+                f"checkout (`pip install -e .` or `pip install .`), or pass your own TOML file as {option('config')}"
             )
         raise ConfigError(
-            f"config file {where} does not exist; pass an existing TOML file with -c (the default is {DEFAULT_CONFIG})"
+            f"config file {where} does not exist; pass an existing TOML file as {option('config')} "
+            f"(the default is {DEFAULT_CONFIG})"
         )
     if path.is_dir():
-        raise ConfigError(f"config file {where} is a directory; pass a TOML file with -c")
+        raise ConfigError(f"config file {where} is a directory; pass a TOML file as {option('config')}")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -338,17 +340,32 @@ def load_config(
     for text in overrides:
         section, key, value = parse_override(text)
         if _is_text_key(section, key) and not isinstance(value, str):
-            value = text.partition("=")[2].strip()  # --set sample.prompt=1 means the text "1"
-        _apply(values, section, key, value, f"--set {text}", Path.cwd())
-    for name, (flag, value) in (flags or {}).items():
-        section, _, key = name.partition(".")
-        _apply(values, section, key, value, f"{flag} {value}", Path.cwd())
+            value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
+        _apply(values, section, key, value, f"{option('set')} {text}", Path.cwd())
+    _apply_given(values, flags or {})
 
     cfg = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS}, name=path.stem, source=where)
-    if overrides:
-        cfg.source = f"{where} with --set {' '.join(overrides)}"
+    if overrides:  # plain text: it is also the header of a run's config.toml
+        cfg.source = f"{where} with overrides {' '.join(overrides)}"
     _cross_checks(cfg)
     return cfg
+
+
+def _apply_given(values: dict[str, dict[str, Any]], given: dict[str, tuple[str, Any]]) -> None:
+    """Typed values for config keys, each named (in messages) by the option that gave it."""
+    for name, (given_as, value) in given.items():
+        section, _, key = name.partition(".")
+        _apply(values, section, key, value, f"{option(given_as)} {value}", Path.cwd())
+
+
+def updated(cfg: Config, given: dict[str, tuple[str, Any]]) -> Config:
+    """A copy of `cfg` with typed values set ({"sample.top_k": ("top_k", 5)}), each checked as a
+    config file's would be."""
+    values = {section: asdict(getattr(cfg, section)) for section in SECTIONS}
+    _apply_given(values, given)
+    new = replace(cfg, **{section: SECTIONS[section](**values[section]) for section in SECTIONS})
+    _cross_checks(new)
+    return new
 
 
 def model_config_from(stored: Any, where: str) -> ModelConfig:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .config import Config
-from .errors import MinigptError
+from .errors import MinigptError, option
 from .io import atomic_write, atomic_write_text
 from .model import check_token_ids
 from .tokenizer import TextTokenizer, line_chunks, train_tokenizer
@@ -41,14 +41,14 @@ def cache_root() -> Path:
     return Path(base) / "minigpt"
 
 
-def read_text(path: str | Path, what: str = "training text", flag: str = "--data") -> tuple[str, str]:
+def read_text(path: str | Path, what: str = "training text", given_as: str = "data") -> tuple[str, str]:
     """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, with `what` and
-    the `flag` that names it, to score or to prompt with), saying why."""
+    the option `given_as` that names it, to score or to prompt with), saying why."""
     path = Path(path)
     if not path.exists():
-        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with {flag}")
+        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with {option(given_as)}")
     if path.is_dir():
-        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with {flag}")
+        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with {option(given_as)}")
     try:
         raw = path.read_bytes()
     except OSError as exc:

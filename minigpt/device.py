@@ -15,7 +15,7 @@ def pick_device(name: str) -> str:
         return "cuda" if cuda else "mps" if mps else "cpu"
     if (name == "cuda" and not cuda) or (name == "mps" and not mps):
         raise MinigptError(
-            f"[train] device = {name!r} but this machine has no {name}; use --set train.device=auto (or cpu)"
+            f'[train] device = {name!r} but this machine has no {name}; set [train] device = "auto" (or "cpu")'
         )
     return name
 
@@ -25,7 +25,7 @@ def check_dtype(device: str, dtype: str) -> None:
     if device == "mps" and dtype == "float64":
         raise MinigptError(
             '[model] dtype = "float64" cannot run on device = "mps" (MPS has no float64); '
-            'use --set train.device=cpu for exact float64 runs, or dtype = "float32"'
+            'set [train] device = "cpu" for exact float64 runs, or [model] dtype = "float32"'
         )
 
 
@@ -45,10 +45,18 @@ def available_memory(device: str) -> int | None:
     return None
 
 
+_default_threads: int | None = None  # torch's own thread count, read before minigpt first changes it
+
+
 def use_threads(threads: int) -> None:
-    """`[train] threads`: 0 keeps torch's default (one per core)."""
-    if threads:
-        torch.set_num_threads(threads)
+    """`[train] threads`: 0 is torch's own default (one per core, or what OMP_NUM_THREADS says), so
+    a process that sampled on one thread trains on every core again afterwards."""
+    global _default_threads
+    if _default_threads is None:
+        _default_threads = torch.get_num_threads()
+    wanted = threads or _default_threads
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
 
 
 # ---------------------------------------------------------------- precision

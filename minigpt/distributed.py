@@ -73,6 +73,12 @@ class RefusedElsewhere(MinigptError):
     """Another rank refused or failed; this rank stops too, and leaves the one line to rank 0."""
 
 
+class RankLost(MinigptError):
+    """Another rank went away mid-exchange (its process ended, or its machine); every rank stops."""
+
+    exit_code = 1
+
+
 def agree(world: World, work: Callable[[], T]) -> T:
     """Run `work` on this rank and go on only if it succeeded on every rank. A collective: every
     rank calls it at the same point. If any rank failed, all stop at once instead of waiting on
@@ -87,7 +93,8 @@ def agree(world: World, work: Callable[[], T]) -> T:
     except Exception as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
         failure = exc
     told = [None] * world.size
-    said = str(failure) if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
+    # A refusal travels as written (its marked options still marked), so rank 0 renders it as its own.
+    said = failure.args[0] if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
     dist.all_gather_object(
         told,
         None if failure is None else (said, isinstance(failure, MinigptError), socket.gethostname()),
@@ -110,7 +117,7 @@ def agree(world: World, work: Callable[[], T]) -> T:
     raise RefusedElsewhere(message)
 
 
-def lost_contact(world: World, error: BaseException) -> bool:
+def lost_contact(world: World, error: BaseException | None) -> bool:
     """Whether `error` is the process group reporting that another rank went away (its process
     ended or its machine did) in the middle of an exchange."""
     if not world.distributed or not isinstance(error, RuntimeError):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import MinigptError
+from .errors import MinigptError, option
 from .model import MiniGPT
 from .tokenizer import TextTokenizer
 
@@ -105,7 +105,9 @@ def gpt2_state(model: MiniGPT) -> dict[str, torch.Tensor]:
 def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]:
     refusal = gpt2_refusal(model)
     if refusal:
-        raise MinigptError(f"--format hf cannot express {refusal}; export with --format safetensors instead")
+        raise MinigptError(
+            f"{option('format')} hf cannot express {refusal}; export with {option('format')} safetensors instead"
+        )
     save_file = _safetensors()
     cfg = model.cfg
     out.mkdir(parents=True, exist_ok=True)
@@ -142,3 +144,29 @@ def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]
         },
     )
     return [out / name for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")]
+
+
+FORMATS = ("safetensors", "hf")
+
+
+def check_export(format: str, out: Path) -> None:
+    """A known format, and a new folder or an empty one: nothing of the user's is overwritten."""
+    if format not in FORMATS:
+        raise MinigptError(f"{option('format')} {format!r} is not one of: {', '.join(FORMATS)}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MinigptError(
+            f"{option('out')} {out} already exists and is not an empty folder; choose another {option('out')}"
+        )
+
+
+def export(model: MiniGPT, tokenizer: TextTokenizer, format: str, out: Path) -> list[Path]:
+    """The model in `format` (one of FORMATS) in the folder `out`; the files written."""
+    out = Path(out)
+    check_export(format, out)
+    try:
+        return export_safetensors(model, out) if format == "safetensors" else export_hf(model, tokenizer, out)
+    except OSError as exc:
+        raise MinigptError(
+            f"{option('out')} {out} cannot be written ({exc.strerror or exc}); choose another {option('out')}"
+        ) from None

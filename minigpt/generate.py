@@ -24,7 +24,8 @@ The command that prints (commands/sample.py) and the benchmark (scripts/bench.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -252,3 +253,112 @@ class CompletionText:
         end = len(self.text) - held
         out, self.shown = self.text[self.shown : end], max(self.shown, end)
         return out
+
+
+# ----------------------------------------------------------------------------------------------
+# whole samples: prompt text in, completions out
+
+
+@dataclass
+class SampleResult:
+    """One finished sample: its completion (without the prompt) and how it was made."""
+
+    prompt: str
+    prompt_ids: list[int]
+    completion: str
+    token_ids: list[int]
+    token_probs: list[float]
+    stop_reason: str  # "max_new_tokens", "stop_text" or "context_limit"
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        """The prompt and its completion, as `minigpt sample` prints them."""
+        return self.prompt + self.completion
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.token_ids) / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self, sample: int) -> dict:
+        return {
+            "sample": sample,
+            "prompt": self.prompt,
+            "completion": self.completion,
+            "prompt_ids": self.prompt_ids,
+            "token_ids": self.token_ids,
+            "token_probs": [round(p, 6) for p in self.token_probs],
+            "stop_reason": self.stop_reason,
+            "new_tokens": len(self.token_ids),
+            "seconds": round(self.seconds, 6),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+        }
+
+
+def complete(
+    model: MiniGPT,
+    tokenizer,
+    prompt: str,
+    settings,
+    *,
+    on_text: Callable[[str], None] | None = None,
+    use_cache: bool = True,
+) -> list[SampleResult]:
+    """`settings.num_samples` continuations of `prompt` (an empty prompt is a newline), as the
+    [sample] section `settings` says. With one sample, `on_text` is handed the text as it is
+    produced: the prompt first, then every piece that can be shown (a split UTF-8 character or a
+    possible start of the stop text is held back until it is settled)."""
+    s = settings
+    text = prompt if prompt else "\n"
+    prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(s.seed)
+    generation = generate(
+        model,
+        prompt_ids,
+        s.max_new_tokens,
+        temperature=s.temperature,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        greedy=s.greedy,
+        generator=generator,
+        num_samples=s.num_samples,
+        use_cache=use_cache,
+        slide=s.slide,
+    )
+    samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
+    stream = on_text if s.num_samples == 1 else None
+    if stream:
+        stream(text)
+    start = time.perf_counter()
+    for step in generation:
+        ids, probs = step.tokens.tolist(), step.probs.tolist()
+        now = None
+        for sample, token_id, prob in zip(samples, ids, probs):
+            if sample.stopped:
+                continue
+            piece = sample.push(token_id, prob)
+            if stream and piece:
+                stream(piece)
+            if sample.stopped:
+                sample.finished_at = now = now or time.perf_counter()
+        if all(sample.stopped for sample in samples):
+            break
+    end = time.perf_counter()
+    results = []
+    for sample in samples:
+        tail = sample.finish()
+        if stream and tail:
+            stream(tail)
+        results.append(
+            SampleResult(
+                prompt=text,
+                prompt_ids=list(prompt_ids),
+                completion=sample.text,
+                token_ids=sample.ids,
+                token_probs=sample.probs,
+                stop_reason="stop_text" if sample.stopped else generation.stop_reason,
+                seconds=(sample.finished_at or end) - start,
+            )
+        )
+    return results

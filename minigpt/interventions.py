@@ -16,12 +16,13 @@ traced position only when asked (SetInput always applies at the traced position)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .errors import MinigptError
+from .errors import MinigptError, option
 from .model import MiniGPT, Replacement
 
 SCALABLE = ("attention", "ffn")
@@ -86,28 +87,28 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
         if isinstance(item, Scale):
             if item.stage not in SCALABLE:
                 raise MinigptError(
-                    f"--scale {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
+                    f"{option('scale')} {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
                     f"scale one of: {', '.join(SCALABLE)}"
                 )
             if not math.isfinite(item.factor):
                 raise MinigptError(
-                    f"--scale {_block(item.block)}.{item.stage}={item.factor}: the factor must be "
+                    f"{option('scale')} {_block(item.block)}.{item.stage}={item.factor}: the factor must be "
                     f"a finite number, e.g. 0, 0.5 or 2"
                 )
         if isinstance(item, (Scale, ReplaceResidual, AblateHead)):
-            _blocks(item.block, cfg.n_layer, f"--{str(item).split(' ')[0]}")
+            _blocks(item.block, cfg.n_layer, option(str(item).split(" ")[0].replace("-", "_")))
         if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
             raise MinigptError(
-                f"--ablate-head {_block(item.block)}.{item.head}: head {item.head} does not exist; "
+                f"{option('ablate_head')} {_block(item.block)}.{item.head}: head {item.head} does not exist; "
                 f"the model has {cfg.n_head} heads, 0..{cfg.n_head - 1}"
             )
         if isinstance(item, SetInput) and len(item.vector) != cfg.n_embd:
             raise MinigptError(
-                f"--set-input has {len(item.vector)} numbers but the model's width is {cfg.n_embd}; "
+                f"{option('set_input')} has {len(item.vector)} numbers but the model's width is {cfg.n_embd}; "
                 f"give exactly {cfg.n_embd} comma-separated numbers"
             )
         if isinstance(item, SetInput) and not all(math.isfinite(v) for v in item.vector):
-            raise MinigptError("--set-input: every number must be finite")
+            raise MinigptError(f"{option('set_input')}: every number must be finite")
 
 
 def replacements(
@@ -175,3 +176,61 @@ def _zero_head(head: int) -> Replacement:
         return value
 
     return apply
+
+
+# ---------------------------------------------------------------- from text
+
+
+def parse(
+    scale: Sequence[str] = (),
+    replace_residual: Sequence[str] = (),
+    ablate_head: Sequence[str] = (),
+    set_input: str | None = None,
+) -> list[Intervention]:
+    """Interventions written as text: scale `B.attention=K`, replace_residual `B`, ablate_head
+    `B.H`, set_input `"2,2,2,2"` (B: a block index or `all`). Whether they fit the model (blocks,
+    heads, width) is checked when the model is known (`check`)."""
+    out: list[Intervention] = []
+    for text in scale:
+        where = f"{option('scale')} {text}"
+        target, sep, factor = text.partition("=")
+        block, dot, stage = target.partition(".")
+        if not sep or not dot:
+            raise MinigptError(
+                f"{option('scale')} {text!r}: expected BLOCK.STAGE=FACTOR, e.g. {option('scale')} 0.attention=0 "
+                f"or {option('scale')} all.ffn=0.5"
+            )
+        out.append(Scale(_block_index(block, where), stage.strip(), _number(factor, where)))
+    for text in replace_residual:
+        out.append(ReplaceResidual(_block_index(text, f"{option('replace_residual')} {text}")))
+    for text in ablate_head:
+        where = f"{option('ablate_head')} {text}"
+        block, dot, head = text.partition(".")
+        if not dot:
+            raise MinigptError(
+                f"{option('ablate_head')} {text!r}: expected BLOCK.HEAD, e.g. {option('ablate_head')} 0.1"
+            )
+        out.append(AblateHead(_block_index(block, where), _integer(head, where, "head")))
+    if set_input is not None:
+        out.append(SetInput(tuple(_number(v, option("set_input")) for v in set_input.split(","))))
+    return out
+
+
+def _block_index(text: str, where: str) -> int | None:
+    text = text.strip()
+    return None if text == "all" else _integer(text, where, "block")
+
+
+def _integer(text: str, where: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        advice = "; give a block index or 'all'" if what == "block" else ""
+        raise MinigptError(f"{where}: {what} {text.strip()!r} is not an integer{advice}") from None
+
+
+def _number(text: str, where: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise MinigptError(f"{where}: {text.strip()!r} is not a number") from None

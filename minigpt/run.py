@@ -30,7 +30,7 @@ import torch
 
 from .config import Config, load_config, model_config_from, model_section_differences
 from .device import check_dtype
-from .errors import MinigptError
+from .errors import MinigptError, option
 from .events import Diverged, EvalDone, Listener, StepDone
 from .io import atomic_write, atomic_write_text
 from .model import MiniGPT
@@ -135,8 +135,8 @@ def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> 
         raise MinigptError(
             f"checkpoint in {run_dir} was trained with another [model] section than "
             f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
-            f"use the config it was trained with (it is saved as -c {run_dir / CONFIG_FILE}), "
-            f"or pass --run {run_dir} alone, which reads it"
+            f"use the config it was trained with (it is saved as {option('config')} {run_dir / CONFIG_FILE}), "
+            f"or pass {option('run')} {run_dir} alone, which reads it"
         )
 
 
@@ -154,7 +154,7 @@ def check_resume(
     now = training_identity(cfg)
     if config_hash(now) != payload["hashes"]["config"]:
         diffs = sections_differences(now, stored)
-        advice = "resume with the same config file, --set values and flags"
+        advice = f"resume with the same config file, {option('set')} values and options"
         batch, was = now["train"]["batch_size"], stored.get("train", {}).get("batch_size")
         if was is not None and batch != was:  # the global batch: any number of processes that divides it
             if processes > 1:
@@ -165,7 +165,7 @@ def check_resume(
                     for d in diffs
                 ]
             per_process = (
-                f"--set train.batch_size={was // processes}"
+                f"{option('set')} train.batch_size={was // processes}"
                 if was % processes == 0
                 else f"a number of processes that divides {was}"
             )
@@ -173,21 +173,21 @@ def check_resume(
         if [d for d in diffs if not d.startswith("[train] steps:")] == []:
             advice = (
                 "a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
-                "run cannot be lengthened or shortened; train a new run with the --steps you want (--force or "
-                "another --out), or resume with the run's own"
+                f"run cannot be lengthened or shortened; train a new run with the {option('steps')} you want "
+                f"({option('force')} or another {option('out')}), or resume with the run's own"
             )
         raise MinigptError(
-            f"--resume refused: the config differs from the checkpoint's "
+            f"{option('resume')} refused: the config differs from the checkpoint's "
             f"({'; '.join(diffs)} (now != checkpoint)); {advice}"
         )
     if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
         raise MinigptError(
-            "--resume refused: the tokenizer differs from the one the checkpoint was trained "
-            "with (tokenizer.json hash changed); start a new run with --force or another --out"
+            f"{option('resume')} refused: the tokenizer differs from the one the checkpoint was trained "
+            f"with (tokenizer.json hash changed); start a new run with {option('force')} or another {option('out')}"
         )
     if corpus_sha256 != payload["hashes"]["corpus"]:
         raise MinigptError(
-            f"--resume refused: the corpus {corpus_path} differs from the one the checkpoint was "
+            f"{option('resume')} refused: the corpus {corpus_path} differs from the one the checkpoint was "
             f"trained on (sha256 {corpus_sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
             f"resume with the original text"
         )
@@ -203,7 +203,7 @@ def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
         _check_run_dir(run_dir, resume, force)
     except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
         raise MinigptError(
-            f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another --out"
+            f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another {option('out')}"
         ) from None
 
 
@@ -217,17 +217,19 @@ def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
         p.name not in UNFINISHED_RUN for p in set(run_dir.iterdir()) - set(_temporaries(run_dir))
     )
     if resume and not (run_dir / CHECKPOINT_FILE).is_file():
-        raise MinigptError(f"--resume: no checkpoint in {run_dir}; train without --resume first")
+        raise MinigptError(f"{option('resume')}: no checkpoint in {run_dir}; train without {option('resume')} first")
     if has_run and not resume and not force:
         raise MinigptError(
-            f"run folder {run_dir} already holds a run; pass --resume to continue it, "
-            f"--force to replace it, or --out to choose another folder"
+            f"run folder {run_dir} already holds a run; pass {option('resume')} to continue it, "
+            f"{option('force')} to replace it, or another {option('out')}"
         )
     if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError(f"run folder {run_dir} is a file; choose another --out")
+        raise MinigptError(f"run folder {run_dir} is a file; choose another {option('out')}")
     probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise MinigptError(f"run folder {run_dir} cannot be written ({probe} is not writable); choose another --out")
+        raise MinigptError(
+            f"run folder {run_dir} cannot be written ({probe} is not writable); choose another {option('out')}"
+        )
 
 
 def restore_missing(run_dir: Path, cfg: Config, tokenizer: TextTokenizer) -> None:
@@ -239,7 +241,7 @@ def restore_missing(run_dir: Path, cfg: Config, tokenizer: TextTokenizer) -> Non
 
 
 def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, first_checkpoint: dict[str, Any]) -> None:
-    """Make (or, with --force, replace) the run folder, write what never changes during the run,
+    """Make (or, with `force`, replace) the run folder, write what never changes during the run,
     then the step-0 checkpoint. A failure here (a full disk) removes what it made, so no
     half-written run is left behind."""
     created = not run_dir.exists()
@@ -257,7 +259,8 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, fi
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise MinigptError(
-            f"run folder {run_dir} cannot be written ({exc.strerror or exc}); make room there or choose another --out"
+            f"run folder {run_dir} cannot be written ({exc.strerror or exc}); make room there or choose another "
+            f"{option('out')}"
         ) from None
 
 
@@ -310,7 +313,7 @@ class RunLock:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise MinigptError(
-                    f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); choose another --out"
+                    f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); choose another {option('out')}"
                 ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -319,7 +322,7 @@ class RunLock:
                 os.close(fd)
                 raise MinigptError(
                     f"run folder {self.run_dir} is being written by another minigpt train "
-                    f"(pid {holder}); wait for it to finish or stop it, or choose another --out"
+                    f"(pid {holder}); wait for it to finish or stop it, or choose another {option('out')}"
                 ) from None
             # The holder before us removes the file as it lets go; a lock on a removed file locks nothing.
             try:
@@ -459,13 +462,14 @@ def reading_config(
         run_dir = Path(run_dir).resolve()
         if not run_dir.is_dir():
             raise MinigptError(
-                f"--run {run_dir}: no such run folder; train one first with `minigpt train --out {run_dir}`"
+                f"{option('run')} {run_dir}: no such run folder; train one there first (`minigpt train` with "
+                f"{option('out')} {run_dir})"
             )
         saved = run_dir / CONFIG_FILE
         if not saved.is_file():
             raise MinigptError(
-                f"--run {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
-                f"pass the config it was trained with as -c FILE"
+                f"{option('run')} {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
+                f"pass the config it was trained with as {option('config')}"
             )
         return load_config(saved, overrides, flags), run_dir
     cfg = load_config(config, overrides, flags)
@@ -481,15 +485,16 @@ def load_model(
     run_dir = Path(run_dir) if run_dir is not None else cfg.run_dir
     if not run_dir.is_dir():
         raise MinigptError(
-            f"no run folder at {run_dir}; train one first with `minigpt train` (same config), or pass --run DIR"
+            f"no run folder at {run_dir}; train one first with `minigpt train` (same config), or give its "
+            f"{option('run')} folder"
         )
     if checkpoint not in CHECKPOINTS:
-        raise MinigptError(f"--checkpoint {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
+        raise MinigptError(f"{option('checkpoint')} {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
     path = run_dir / CHECKPOINTS[checkpoint]
     if checkpoint == "best" and not path.is_file():
         raise MinigptError(
             f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
-            f"use --checkpoint last, or train until an evaluation"
+            f"use {option('checkpoint')} last, or train until an evaluation"
         )
     payload = load_checkpoint(path)
     model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")

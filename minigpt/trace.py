@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .errors import MinigptError
+from .errors import MinigptError, option
 from .interventions import Intervention, replacements
 from .model import MiniGPT, Recorder, check_context, check_token_ids
 from .tokenizer import TextTokenizer
@@ -28,15 +28,34 @@ from .tokenizer import TextTokenizer
 # ---------------------------------------------------------------- input checks (one-line refusals)
 
 
+GIVE_TOKENS = f"pass {option('prompt')} TEXT or {option('ids')} 3,1,4"
+
+
 def prompt_ids(tokenizer: TextTokenizer, prompt: str) -> list[int]:
     if prompt == "":
-        raise MinigptError("the prompt is empty; trace needs at least one token: pass -p TEXT or --ids 3,1,4")
+        raise MinigptError(f"the prompt is empty; trace needs at least one token: {GIVE_TOKENS}")
     return tokenizer.encode(prompt)  # a char tokenizer refuses characters it never saw
+
+
+def parse_ids(text: str) -> list[int]:
+    """`3,1,4` -> [3, 1, 4]; anything but comma-separated integers is refused."""
+    if not text.strip():
+        raise MinigptError(f"{option('ids')} is empty; trace needs at least one token id, e.g. {option('ids')} 3,1,4")
+    ids = []
+    for part in text.split(","):
+        try:
+            ids.append(int(part.strip()))
+        except ValueError:
+            raise MinigptError(
+                f"{option('ids')} {text!r}: {part.strip()!r} is not an integer; give comma-separated "
+                f"token ids, e.g. {option('ids')} 3,1,4"
+            ) from None
+    return ids
 
 
 def check_ids(model: MiniGPT, ids: list[int]) -> None:
     if not ids:
-        raise MinigptError("the prompt has no tokens; trace needs at least one: pass -p TEXT or --ids 3,1,4")
+        raise MinigptError(f"the prompt has no tokens; trace needs at least one: {GIVE_TOKENS}")
     check_context(len(ids), model.context, "the prompt", "shorten the prompt")
     check_token_ids(ids, model.vocab_size)
 
@@ -48,7 +67,7 @@ def resolve_position(position: int | None, length: int) -> int:
     index = position + length if position < 0 else position
     if not 0 <= index < length:
         raise MinigptError(
-            f"--position {position} is beyond the prompt: it has {length} token(s), positions "
+            f"{option('position')} {position} is beyond the prompt: it has {length} token(s), positions "
             f"0..{length - 1} (or -{length}..-1 from the end)"
         )
     return index
@@ -60,7 +79,7 @@ def resolve_blocks(block: int | None, n_layer: int) -> list[int]:
     index = block + n_layer if block < 0 else block
     if not 0 <= index < n_layer:
         raise MinigptError(
-            f"--block {block} does not exist: the model has {n_layer} block(s), "
+            f"{option('block')} {block} does not exist: the model has {n_layer} block(s), "
             f"0..{n_layer - 1} (or -{n_layer}..-1 from the end)"
         )
     return [index]
@@ -195,6 +214,8 @@ def trace_position(
     """Run the model once on `ids` with a recorder and collect what happened at one position;
     `interventions` change stages of that same pass (at every position, or at the traced one only)."""
     check_ids(model, ids)
+    if top < 1:
+        raise MinigptError(f"{option('top')} {top} is too small; show at least 1 next-token candidate")
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .errors import MinigptError
+from .errors import MinigptError, option
 from .trace import Comparison, Trace
 
 WIDTH = 80
@@ -16,11 +16,9 @@ MAX_DIGITS = 15
 TOKEN_SHOWN = 16  # a token's escaped text is cut to this many characters in tables
 
 
-def check_display_options(digits: int, top: int) -> None:
+def check_digits(digits: int) -> None:
     if not 0 <= digits <= MAX_DIGITS:
-        raise MinigptError(f"--digits {digits} is out of range; show 0..{MAX_DIGITS} decimals")
-    if top < 1:
-        raise MinigptError(f"--top {top} is too small; show at least 1 next-token candidate")
+        raise MinigptError(f"{option('digits')} {digits} is out of range; show 0..{MAX_DIGITS} decimals")
 
 
 def number(value: float, digits: int) -> str:
@@ -176,7 +174,7 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     out += _pack(about, width, " ")
     if trace.get("interventions"):
         out += _pack(
-            ["interventions (the rows below are the modified pass; --set-input replaces the input row):"]
+            ["interventions (the rows below are the modified pass; set-input replaces the input row):"]
             + trace["interventions"],
             width,
             " ",

@@ -48,7 +48,8 @@ from minigpt.config import load_config  # noqa: E402
 from minigpt.data import load_corpus  # noqa: E402
 from minigpt.generate import generate  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.train import Trainer, build  # noqa: E402
+from minigpt.session import build  # noqa: E402
+from minigpt.train import Trainer  # noqa: E402
 
 # The comparison shape of issue 9 (nanoGPT's README in shared/anchors/nanogpt uses the same).
 SHAPE = [
@@ -289,7 +290,8 @@ import json, resource, sys, time
 t0 = time.time()
 from minigpt.config import load_config
 from minigpt.data import load_corpus
-from minigpt.train import Trainer, build
+from minigpt.session import build
+from minigpt.train import Trainer
 cfg = load_config(None, ["train.data=" + json.dumps(sys.argv[1]), "train.batch_size=64"])
 imported = time.time()
 corpus = load_corpus(cfg)

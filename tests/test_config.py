@@ -31,7 +31,7 @@ def refusal(*args) -> str:
     with pytest.raises(ConfigError) as excinfo:
         load_config(*args)
     assert isinstance(excinfo.value, MinigptError)
-    return str(excinfo.value)
+    return excinfo.value.for_command_line  # as the command line says it: options named as flags
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,6 +173,12 @@ def test_set_override_with_bad_value_names_the_override():
     message = refusal(None, ["model.n_layer=x"])
     assert "--set model.n_layer=x" in message
     assert "integer" in message
+
+
+def test_the_python_api_names_an_override_as_its_argument_not_as_a_flag():
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(None, ["model.n_layer=x"])
+    assert str(excinfo.value).startswith('set model.n_layer=x: [model] n_layer = "x" is not an integer')
 
 
 @pytest.mark.parametrize(

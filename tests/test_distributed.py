@@ -32,8 +32,8 @@ GRAD_ACCUM = 2
 WORKER = """\
 import os, sys, time
 import torch
-import minigpt.commands.train as command
 import minigpt.data as data
+import minigpt.session as sessions
 import minigpt.train as train
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -46,16 +46,16 @@ def counted(self, generator):
     return sample(self, generator)
 data.Batches.sample = counted
 
-start = command.start
-def start_with_hook(*args, **kwargs):
-    session = start(*args, **kwargs)
+enter = sessions.TrainingSession.__enter__
+def enter_with_hook(self):
+    session = enter(self)
     def hook(group, bucket):
         with open(os.path.join(out, f"allreduce{rank}.txt"), "a") as f:
             f.write(f"{drawn[0]}\\n")
         return allreduce_hook(group, bucket)
     session.forward_model.register_comm_hook(None, hook)
     return session
-command.start = start_with_hook
+sessions.TrainingSession.__enter__ = enter_with_hook
 
 run = train.Trainer.run
 def run_and_keep(self):

@@ -35,7 +35,22 @@ ALLOWED = {
     "trace": {"errors", "interventions", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
     "distributed": {"errors"},
-    "train": {"config", "data", "device", "distributed", "errors", "events", "generate", "model", "run", "tokenizer"},
+    "optimizers": {"model"},
+    "session": {"config", "data", "device", "distributed", "errors", "model", "optimizers", "run", "tokenizer"},
+    "train": {"device", "distributed", "events", "generate", "model", "run", "session"},
+    "api": {
+        "config",
+        "data",
+        "device",
+        "errors",
+        "generate",
+        "interventions",
+        "model",
+        "run",
+        "scoring",
+        "tokenizer",
+        "trace",
+    },
 }
 
 

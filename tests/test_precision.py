@@ -11,7 +11,8 @@ from minigpt.config import load_config
 from minigpt.data import load_corpus
 from minigpt.device import pick_precision
 from minigpt.errors import MinigptError
-from minigpt.train import Trainer, build, evaluate
+from minigpt.session import build
+from minigpt.train import Trainer, evaluate
 
 
 @pytest.fixture(autouse=True)

@@ -63,7 +63,7 @@ def test_a_run_folder_without_its_config_needs_one(two_block_run, tmp_path, cli)
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
         f"minigpt: error: --run {copy} has no config.toml, so it does not describe itself; "
-        f"pass the config it was trained with as -c FILE\n"
+        f"pass the config it was trained with as --config\n"
     )
 
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from minigpt.api import load
 from minigpt.cli import app
-from minigpt.commands.sample import sample_command
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
 from minigpt.generate import (
@@ -395,11 +395,11 @@ def test_streaming_holds_back_split_multibyte_characters(byte_run, monkeypatch):
     completion = "é日x"
     script = list(completion.encode("utf-8"))  # c3 a9 | e6 97 a5 | 78: six byte tokens
     force_tokens(monkeypatch, script)
-    cfg = load_config(byte_run, ["sample.greedy=true", f"sample.max_new_tokens={len(script)}"])
-    out, err = Chunks(), io.StringIO()
-    [result] = sample_command(cfg, "a", out=out, err=err)
-    assert out.chunks == ["a", "é", "日", "x", "\n"]  # nothing written for a partial sequence
-    assert all("\ufffd" not in chunk for chunk in out.chunks)
+    run = load(config=byte_run, set=["sample.greedy=true", f"sample.max_new_tokens={len(script)}"])
+    chunks = []
+    [result] = run.samples("a", on_text=chunks.append)
+    assert chunks == ["a", "é", "日", "x"]  # nothing handed out for a partial sequence
+    assert all("\ufffd" not in chunk for chunk in chunks)
     assert result.token_ids == script and result.completion == completion
 
     force_tokens(monkeypatch, script)
@@ -419,11 +419,11 @@ def test_stop_text_ends_the_sample_and_is_never_printed(char_run, monkeypatch):
     model, tokenizer = loaded(char_run)
     script = tokenizer.encode("hello world")
     force_tokens(monkeypatch, script)
-    cfg = load_config(char_run, ["sample.greedy=true", "sample.max_new_tokens=11", 'sample.stop="lo w"'])
-    out = Chunks()
-    [result] = sample_command(cfg, "a", out=out, err=io.StringIO())
+    run = load(config=char_run, set={"sample.greedy": True, "sample.max_new_tokens": 11})
+    chunks = []
+    [result] = run.samples("a", on_text=chunks.append, stop="lo w")
     # "l" could start "lo w": it is held back until the next token decides
-    assert out.chunks == ["a", "h", "e", "l", "\n"]
+    assert chunks == ["a", "h", "e", "l"]
     assert result.completion == "hel" and result.stop_reason == "stop_text"
     assert result.token_ids == tokenizer.encode("hello w")  # generation ended with the stop text
 
@@ -464,7 +464,7 @@ def test_checkpoint_whose_model_section_disagrees_with_the_config_is_refused(cha
     assert message == (
         f"minigpt: error: checkpoint in {char_run.parent / 'run'} was trained with another "
         f"[model] section than {other} (n_layer: 2 != 1 (config != checkpoint)); use the config "
-        f"it was trained with (it is saved as -c {char_run.parent / 'run' / 'config.toml'}), "
+        f"it was trained with (it is saved as --config {char_run.parent / 'run' / 'config.toml'}), "
         f"or pass --run {char_run.parent / 'run'} alone, which reads it"
     )
 

@@ -223,7 +223,7 @@ def test_regenerating_the_chapter_folder_gives_the_shipped_files(tmp_path):
             "the prompt has 5 tokens but the position table has 3 rows ([model] context = 3); the model has no "
             "row for position 3 and will not invent one, so use at most 3 tokens: shorten the prompt",
         ),
-        (["-p", ""], "the prompt is empty; trace needs at least one token: pass -p TEXT or --ids 3,1,4"),
+        (["-p", ""], "the prompt is empty; trace needs at least one token: pass --prompt TEXT or --ids 3,1,4"),
         (["--ids", ""], "--ids is empty; trace needs at least one token id, e.g. --ids 3,1,4"),
         (
             ["--ids", "0,3"],
@@ -247,8 +247,8 @@ def test_regenerating_the_chapter_folder_gives_the_shipped_files(tmp_path):
             "text has 1 character(s) the char tokenizer never saw in training: 'd'; remove them "
             'or train with tokenizer.kind = "bpe" or "byte"',
         ),
-        (["-p", "a", "--ids", "0"], "give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4"),
-        ([], "give the tokens to trace with exactly one of -p/--prompt TEXT or --ids 3,1,4"),
+        (["-p", "a", "--ids", "0"], "give the tokens to trace with exactly one of --prompt TEXT or --ids 3,1,4"),
+        ([], "give the tokens to trace with exactly one of --prompt TEXT or --ids 3,1,4"),
         (["--ids", "0", "--digits", "16"], "--digits 16 is out of range; show 0..15 decimals"),
         (["--ids", "0", "--top", "0"], "--top 0 is too small; show at least 1 next-token candidate"),
     ],

@@ -23,7 +23,8 @@ from conftest import interrupt_once_training
 from minigpt import run as ckpt
 from minigpt.config import TrainConfig, load_config
 from minigpt.model import MiniGPT
-from minigpt.train import learning_rate, make_optimizer
+from minigpt.optimizers import make_optimizer
+from minigpt.train import learning_rate
 
 RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
@@ -546,7 +547,7 @@ def test_the_time_estimate_leaves_the_runs_numbers_untouched(cli, tiny_config, t
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
-    from minigpt.train import Optimizers
+    from minigpt.optimizers import Optimizers
 
     cfg = load_config(tiny_config, ['train.optimizer="muon"'])
     torch.manual_seed(0)
@@ -564,7 +565,8 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
 
 def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_config):
     from minigpt.data import load_corpus
-    from minigpt.train import Trainer, build
+    from minigpt.session import build
+    from minigpt.train import Trainer
 
     cfg = load_config(tiny_config, ['train.optimizer="muon"', "train.steps=12"])
     corpus = load_corpus(cfg)

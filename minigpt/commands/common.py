@@ -1,4 +1,4 @@
-"""What every command shares: the one-line refusal, and typed flags that override config keys."""
+"""What every command shares: the one-line refusal, and messages on stderr."""
 
 from __future__ import annotations
 
@@ -21,28 +21,18 @@ def refuse(message: str, code: int = 2) -> NoReturn:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """A refusal from anywhere below becomes the one-line error; anything else is a bug and keeps
-    its traceback."""
+    """A refusal from anywhere below becomes the one-line error, with every parameter it names
+    written as its flag; anything else is a bug and keeps its traceback."""
     try:
         yield
     except MinigptError as exc:
-        refuse(str(exc))
+        refuse(exc.for_command_line, exc.exit_code)
 
 
 def say(message: str, quiet: bool = False) -> None:
     """A message for the user on stderr (stdout carries only a command's result)."""
     if not quiet:
         typer.echo(message, err=True)
-
-
-def flags(named: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Dedicated flags as config overrides: {"train.steps": 500} -> {"train.steps": ("--steps", 500)}.
-    A flag that was not given (None) is left out; the flag's name is how messages refer to it."""
-    return {
-        name: ("--" + name.partition(".")[2].replace("_", "-"), value)
-        for name, value in named.items()
-        if value is not None
-    }
 
 
 def shown_path(path: Path) -> str:

@@ -8,8 +8,9 @@ runs the same code as `minigpt trace --json` (with `--compare` when an intervent
                          "replace_residual": [...], "ablate_head": [...], "set_input": "2,2,2,2",
                          "at_position": false}  ->  trace.Trace or trace.Comparison as JSON
 
-A refusal is a 400 with {"error": the same one-line message `trace` prints}; the server never
-stops on bad input. It binds to 127.0.0.1 unless --host says otherwise; Ctrl-C stops it.
+A refusal is a 400 with {"error": the one-line message `trace` prints, naming the request's fields
+as the Python API names its arguments}; the server never stops on bad input. It binds to 127.0.0.1
+unless --host says otherwise; Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -19,38 +20,30 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from ..device import pick_device, use_threads
+from ..api import Run, load
 from ..errors import MinigptError
-from ..run import load_model, reading_config
-from ..trace import compare, prompt_ids, trace_position
 from .common import user_errors
-from .trace import parse_ids, parse_interventions
+from .options import ExploreOptions
 
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
 
 
-def main(
-    config: Path | None, run: Path | None, host: str, port: int, overrides: list[str], checkpoint: str = "last"
-) -> None:
+def main(o: ExploreOptions) -> None:
     with user_errors():
-        cfg, run_dir = reading_config(config, run, overrides)
-        use_threads(cfg.train.threads or 1)
-        model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
+        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
         page = resources.files("minigpt").joinpath("explore/index.html").read_bytes()
-        explorer = Explorer(model, tokenizer)
         try:
-            server = ThreadingHTTPServer((host, port), _handler(explorer, page))
+            server = ThreadingHTTPServer((o.host, o.port), _handler(Explorer(run), page))
         except OSError as exc:
             raise MinigptError(
-                f"cannot serve on {host}:{port} ({exc.strerror or exc}); choose another --port"
+                f"cannot serve on {o.host}:{o.port} ({exc.strerror or exc}); choose another --port"
             ) from None
-    address = f"http://{host}:{server.server_address[1]}/"
-    typer.echo(f"minigpt explore: {run_dir} at {address} (Ctrl-C stops)", err=True)
+    address = f"http://{o.host}:{server.server_address[1]}/"
+    typer.echo(f"minigpt explore: {run.path} at {address} (Ctrl-C stops)", err=True)
     typer.echo(address)  # on stdout alone, for scripts
     try:
         server.serve_forever()
@@ -61,15 +54,16 @@ def main(
 
 
 class Explorer:
-    """The page's requests, answered by the library's own trace code (one at a time: the model
-    and its recorder are not shared between threads)."""
+    """The page's requests, answered by the API's own trace (one at a time: the model and its
+    recorder are not shared between threads). Refusals name the request's fields, as the API names
+    its arguments."""
 
-    def __init__(self, model, tokenizer):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, run: Run):
+        self.run = run
         self.lock = threading.Lock()
 
     def model_info(self) -> dict[str, Any]:
-        cfg = self.model.cfg
+        cfg = self.run.model.cfg
         return {
             "n_layer": cfg.n_layer,
             "n_head": cfg.n_head,
@@ -77,45 +71,36 @@ class Explorer:
             "context": cfg.context,
             "norm": cfg.norm,
             "activation": cfg.activation,
-            "vocab_size": self.model.vocab_size,
+            "vocab_size": self.run.model.vocab_size,
             "prompt": self.first_prompt(),
         }
 
     def first_prompt(self) -> str:
         """What the page traces first: "ROMEO:" where the tokenizer can write it, else the first
         tokens of the vocabulary (a teaching model's a, b, c)."""
-        if not self.tokenizer.unknown_characters("ROMEO:"):
+        tokenizer = self.run.tokenizer
+        if not tokenizer.unknown_characters("ROMEO:"):
             return "ROMEO:"
-        return self.tokenizer.decode(list(range(min(3, self.model.vocab_size))))
+        return tokenizer.decode(list(range(min(3, self.run.model.vocab_size))))
 
     def trace(self, request: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(request, dict):
             raise MinigptError("the request must be a JSON object")
         text, ids = request.get("prompt"), request.get("ids")
-        if (text is None) == (ids is None):
-            raise MinigptError("give the tokens with exactly one of prompt or ids")
-        interventions = parse_interventions(
-            _strings(request, "scale"),
-            _strings(request, "replace_residual"),
-            _strings(request, "ablate_head"),
-            request.get("set_input") or None,
-        )
         position = request.get("position")
         if position is not None and not isinstance(position, int):
             raise MinigptError(f"position {position!r} is not an integer")
         with self.lock:
-            token_ids = parse_ids(str(ids)) if ids is not None else prompt_ids(self.tokenizer, str(text))
-            at_position = bool(request.get("at_position"))
-            if interventions:
-                return compare(
-                    self.model,
-                    self.tokenizer,
-                    token_ids,
-                    interventions,
-                    position=position,
-                    only_at_position=at_position,
-                ).as_dict()
-            return trace_position(self.model, self.tokenizer, token_ids, position=position).as_dict()
+            return self.run.trace(
+                None if text is None else str(text),
+                ids=None if ids is None else str(ids),
+                position=position,
+                scale=_strings(request, "scale"),
+                replace_residual=_strings(request, "replace_residual"),
+                ablate_head=_strings(request, "ablate_head"),
+                set_input=request.get("set_input") or None,
+                at_position=bool(request.get("at_position")),
+            ).as_dict()
 
 
 def _strings(request: dict[str, Any], key: str) -> list[str]:

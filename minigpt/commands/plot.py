@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
-from ..errors import MinigptError
+from ..errors import MinigptError, option
 from ..plot import curves_figure, save_png, text_curves
 from ..run import read_metrics
 from .common import shown_path, user_errors
+from .options import PlotOptions
 
 
-def main(runs: list[Path], out: Path | None, x: str) -> None:
+def main(o: PlotOptions) -> None:
     with user_errors():
-        if x not in ("step", "time"):
-            raise MinigptError(f"--x {x!r} is not one of: step, time")
-        names = [shown_path(run) for run in runs]
+        if o.x not in ("step", "time"):
+            raise MinigptError(f"{option('x')} {o.x!r} is not one of: step, time")
+        names = [shown_path(run) for run in o.runs]
         if len(set(names)) < len(names):
             raise MinigptError("the same run is given twice; name each run once")
-        data = {name: read_metrics(run) for name, run in zip(names, runs)}
-        if out is None:
+        data = {name: read_metrics(run) for name, run in zip(names, o.runs)}
+        if o.out is None:
             typer.echo(text_curves(data))
             return
-        save_png(curves_figure(data, x), out)
-    typer.echo(f"wrote {out}")
+        save_png(curves_figure(data, o.x), o.out)
+    typer.echo(f"wrote {o.out}")

@@ -19,51 +19,31 @@ import typer
 from .. import distributed
 from ..config import load_config
 from ..device import keep_freed_memory
-from ..distributed import RefusedElsewhere
-from ..errors import MinigptError
+from ..distributed import RankLost, RefusedElsewhere
+from ..errors import MinigptError, option
 from ..events import EvalDone, Listener, StepDone
 from ..run import METRICS_FILE, BestKeeper, MetricsLog, read_metrics
-from ..train import CheckpointSaver, Sampler, Trainer, estimate_seconds, start
-from .common import command_line, flags, refuse, say, shown_path, user_errors
+from ..session import TrainingSession
+from ..train import CheckpointSaver, Sampler, Trainer, TrainResult, estimate_seconds
+from .common import command_line, refuse, say, shown_path, user_errors
+from .options import TrainOptions, config_flags
 
 
-def main(
-    config: Path | None,
-    data: Path | None,
-    out: Path | None,
-    steps: int | None,
-    overrides: list[str],
-    resume: bool,
-    force: bool,
-    quiet: bool,
-) -> None:
-    world = distributed.from_environment()  # torchrun: one process per rank; otherwise a world of one
-    together = False  # every rank ends at this same point: done, or stopped by an agreed refusal
+class _WriteFailed(MinigptError):
+    """The run folder could not be written mid-run (a full disk); its last checkpoint stands."""
+
+    exit_code = 1
+
+
+def main(o: TrainOptions) -> None:
     before = _sigterm_interrupts()
     try:
         with user_errors():
             try:
-                _train(world, config, data, out, steps, overrides, resume, force, quiet)
+                _train(o)
             except RefusedElsewhere:  # rank 0 printed the refusal; this rank stops with it, silently
                 raise typer.Exit(2) from None
-        together = True
-    except typer.Exit:
-        together = True
-        raise
-    except Exception as exc:
-        if not distributed.lost_contact(world, exc):
-            raise
-        if world.is_main:  # the rank that went away, if it could, said why in its own output
-            refuse(
-                "another rank of this torchrun job stopped without warning (its process ended or its machine "
-                "went away), so this one stops too; that rank's output says why. Once training has begun the run "
-                "folder's last checkpoint is intact: fix the cause, then run the same launch with --resume "
-                "(before that, nothing was written: run it again as it was)",
-                code=1,
-            )
-        raise typer.Exit(1) from None
     finally:
-        distributed.finish(world, together)
         if before is not None:
             signal.signal(signal.SIGTERM, before)
 
@@ -82,86 +62,57 @@ def _sigterm_interrupts():
         return None
 
 
-def _train(
-    world: distributed.World,
-    config: Path | None,
-    data: Path | None,
-    out: Path | None,
-    steps: int | None,
-    overrides: list[str],
-    resume: bool,
-    force: bool,
-    quiet: bool,
-) -> None:
-    keep_freed_memory()  # fewer fresh pages per step: see device.py
-
-    def read_config():
-        if resume and force:
-            raise MinigptError(
-                "--resume and --force contradict each other; --resume continues a run, --force replaces it"
-            )
-        return load_config(
-            config,
-            overrides,
-            flags(
-                {
-                    "train.data": str(data) if data else None,
-                    "train.out": str(out) if out else None,
-                    "train.steps": steps,
-                }
-            ),
+def _read_config(o: TrainOptions):
+    if o.resume and o.force:
+        raise MinigptError(
+            f"{option('resume')} and {option('force')} contradict each other; {option('resume')} continues a run, "
+            f"{option('force')} replaces it"
         )
+    return load_config(o.config, o.overrides, config_flags(o))
 
-    cfg = distributed.agree(world, read_config)  # every rank reads the same; a mistake is said once, by rank 0
-    quiet = quiet or not world.is_main  # one voice: rank 0's
-    session = start(
-        cfg,
-        resume=resume,
-        force=force,
+
+def _train(o: TrainOptions) -> None:
+    keep_freed_memory()  # fewer fresh pages per step: see device.py
+    quiet = o.quiet
+    session = TrainingSession(
+        lambda: _read_config(o),
+        resume=o.resume,
+        force=o.force,
         preparing=lambda message: _transient(quiet, message),
         progress=lambda label, total: _progress(quiet, label, total),
-        world=world,
     )
+    quiet = quiet or not session.speaks  # one voice: rank 0's (the callbacks above read it when called)
     try:
-        _run(session, config, data, out, steps, overrides, quiet)
-    finally:
-        session.close()
-        session.forward_model = None  # the DDP wrapper goes before its process group
+        with session as s:
+            if s.finished:
+                say(f"run in {s.cfg.run_dir} already finished {s.step} steps; nothing to do", quiet)
+                return
+            result, last_checkpoint = _run(s, o, quiet)
+    except RankLost as exc:  # rank 0 says it; the others stop with it
+        if session.speaks:
+            raise
+        raise typer.Exit(exc.exit_code) from None
+    _report(result, last_checkpoint, s, o, quiet)
 
 
-def _run(
-    session,
-    config: Path | None,
-    data: Path | None,
-    out: Path | None,
-    steps: int | None,
-    overrides: list[str],
-    quiet: bool,
-) -> None:
-    cfg = session.cfg
+def _run(session, o: TrainOptions, quiet: bool) -> tuple[TrainResult, int]:
+    """Train with the listeners this command attaches; the result and the step of the newest
+    checkpoint on disk."""
+    cfg, tc = session.cfg, session.cfg.train
     run_dir = cfg.run_dir
-    if session.finished:
-        say(f"run in {run_dir} already finished {session.step} steps; nothing to do", quiet)
-        return
     for note in session.notes:
         say(note, quiet)
-    tc = cfg.train
     if not quiet:
         estimate = _seconds(
             estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step, session.precision)
         )
         say(
-            f"minigpt train: {session.model.num_parameters():,} parameters, {len(session.corpus.train_ids):,} train / "
+            f"minigpt train: {session.model.num_parameters():,} parameters, "
+            f"{len(session.corpus.train_ids):,} train / "
             f"{len(session.corpus.val_ids):,} val tokens ({session.corpus.tokenizer.vocab_size} ids), "
             f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
             f"about {estimate}; run folder {run_dir}"
         )
-
-    again = ["-c", config] if config else []
-    again += [a for o in overrides for a in ("--set", o)]
-    again += (["--data", data] if data else []) + (["--out", out] if out else [])
-    again += ["--steps", steps] if steps is not None else []
-    resume_with = _resume_command(session.world, again)
     saver = CheckpointSaver(session)
     bar = ProgressBar(session.step, tc.steps, quiet)
 
@@ -187,13 +138,16 @@ def _run(
         with _ctrl_c_stops(trainer.request_stop):
             result = trainer.run()
     except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically, so it stands
-        refuse(
+        raise _WriteFailed(
             f"could not write to the run folder {run_dir} ({exc.strerror or exc}); its last checkpoint (step "
-            f"{saver.last_step}) is intact: make room, then resume with: {resume_with}",
-            code=1,
-        )
+            f"{saver.last_step}) is intact: make room, then resume with: {_resume_command(session.world, o)}"
+        ) from None
+    return result, saver.last_step
 
-    main = session.world.is_main
+
+def _report(result: TrainResult, last_checkpoint: int, session, o: TrainOptions, quiet: bool) -> None:
+    """How the run ended, said once (by rank 0): a divergence or a stop, or the summary."""
+    tc, run_dir, main = session.cfg.train, session.cfg.run_dir, session.world.is_main
     if result.diverged is not None:
         if not main:  # every rank stops; rank 0 says why
             raise typer.Exit(1)
@@ -201,14 +155,15 @@ def _run(
         refuse(
             f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): "
             f"it was not applied "
-            f"and training stopped; the last good checkpoint (step {saver.last_step}) is intact in {run_dir}. Lower "
+            f"and training stopped; the last good checkpoint (step {last_checkpoint}) is intact in {run_dir}. Lower "
             f"train.learning_rate or set train.grad_clip (for example 1.0) and train again with --force; "
-            f"--resume retries from step {saver.last_step} with the same settings",
+            f"--resume retries from step {last_checkpoint} with the same settings",
             code=1,
         )
     if result.stopped:
         say(
-            f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. Resume with: {resume_with}",
+            f"interrupted at step {result.step}/{tc.steps}; checkpoint saved in {run_dir}. "
+            f"Resume with: {_resume_command(session.world, o)}",
             quiet=not main,
         )
         raise typer.Exit(130)
@@ -223,8 +178,12 @@ def _run(
     )
 
 
-def _resume_command(world: distributed.World, again: list) -> str:
+def _resume_command(world: distributed.World, o: TrainOptions) -> str:
     """What continues this run: the same command with --resume, under the same kind of launch."""
+    again = ["-c", o.config] if o.config else []
+    again += [a for override in o.overrides for a in ("--set", override)]
+    again += (["--data", o.data] if o.data else []) + (["--out", o.out] if o.out else [])
+    again += ["--steps", o.steps] if o.steps is not None else []
     if not world.distributed:
         return command_line("minigpt", "train", *again, "--resume")
     per_machine = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))

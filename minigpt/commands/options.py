@@ -1,0 +1,320 @@
+"""Every command's options, each declared once: one frozen dataclass per command, whose fields are
+the command's parameters (type, default, flag and help together). cli.py builds each Typer command
+from its dataclass's fields, and the command module receives the filled-in dataclass, so an option
+reaches the code that reads it by name, and adding one is one edit here.
+
+A field whose annotation carries `ConfigKey("sample.top_k")` overrides that config key when given
+(`config_flags`). Light on purpose (no torch): `minigpt --help` imports this module.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """Marks an option as the command-line spelling of one config key."""
+
+    key: str
+
+
+CONFIG_HELP = (
+    "TOML config shared by every command (default: configs/default.toml; with --run alone, the run's own config.toml)."
+)
+SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
+RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the run the config names)."
+
+# The options several commands share.
+ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help=CONFIG_HELP)]
+RunOption = Annotated[Path | None, typer.Option("--run", help=RUN_HELP)]
+SetOption = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+CheckpointOption = Annotated[
+    str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """What every command's options share: list options given no value are empty tuples."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) is None and _is_list(self, f.name):
+                object.__setattr__(self, f.name, ())
+
+
+def _is_list(options: Options, name: str) -> bool:
+    hint = typing.get_type_hints(type(options))[name]
+    return any(typing.get_origin(arg) is list for arg in typing.get_args(hint))
+
+
+def annotations(options: type[Options]) -> dict[str, Any]:
+    """Each field's full annotation (Typer's declaration and any ConfigKey included)."""
+    return typing.get_type_hints(options, include_extras=True)
+
+
+def config_flags(options: Options) -> dict[str, tuple[str, Any]]:
+    """The options given that stand for config keys: {"train.steps": ("steps", 500)}. The second
+    element names the option, for messages (errors.option renders it as the flag)."""
+    found = {}
+    for name, hint in annotations(type(options)).items():
+        keys = [extra for extra in getattr(hint, "__metadata__", ()) if isinstance(extra, ConfigKey)]
+        value = getattr(options, name)
+        if keys and value is not None:
+            found[keys[0].key] = (name, str(value) if isinstance(value, Path) else value)
+    return found
+
+
+# ---------------------------------------------------------------- the commands
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainOptions(Options):
+    """Train a model on a text file; write config, tokenizer, checkpoint and metrics to a run folder."""
+
+    config: ConfigOption = None
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
+        ConfigKey("train.data"),
+    ] = None
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Run folder to write (default: runs/<config name>)."),
+        ConfigKey("train.out"),
+    ] = None
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="Optimizer steps (overrides train.steps)."), ConfigKey("train.steps")
+    ] = None
+    overrides: SetOption = None
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in the run folder from its checkpoint.")
+    ] = False
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or summaries (for scripts).")] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleOptions(Options):
+    """Continue a prompt with a trained model. An empty prompt starts from a newline.
+
+    A prompt longer than the model's context (the rows of its position table) is refused, never
+    cropped. Past the table, generation continues with a sliding window of the last context tokens,
+    or stops with --no-slide.
+    """
+
+    config: ConfigOption = None
+    run: RunOption = None
+    prompt: Annotated[
+        str | None,
+        typer.Option("-p", "--prompt", help="Text to continue. An empty prompt starts from a newline."),
+    ] = None
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a UTF-8 file.")] = None
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option("-n", "--max-new-tokens", help="Tokens to generate."),
+        ConfigKey("sample.max_new_tokens"),
+    ] = None
+    temperature: Annotated[
+        float | None,
+        typer.Option("--temperature", help="Softmax temperature (> 0)."),
+        ConfigKey("sample.temperature"),
+    ] = None
+    top_k: Annotated[
+        int | None,
+        typer.Option("--top-k", help="Keep the k most likely tokens (0 = off)."),
+        ConfigKey("sample.top_k"),
+    ] = None
+    top_p: Annotated[
+        float | None,
+        typer.Option("--top-p", help="Nucleus sampling mass in (0, 1] (1 = off)."),
+        ConfigKey("sample.top_p"),
+    ] = None
+    greedy: Annotated[
+        bool | None,
+        typer.Option("--greedy/--no-greedy", help="Always take the most likely token."),
+        ConfigKey("sample.greedy"),
+    ] = None
+    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed."), ConfigKey("sample.seed")] = None
+    num_samples: Annotated[
+        int | None,
+        typer.Option("--num-samples", help="Independent samples, generated as one batch."),
+        ConfigKey("sample.num_samples"),
+    ] = None
+    # Free text, taken as given rather than read as a TOML value like the keys above.
+    stop: Annotated[
+        str | None, typer.Option("--stop", help="Stop a sample when this text appears in its completion.")
+    ] = None
+    slide: Annotated[
+        bool | None,
+        typer.Option(
+            "--slide/--no-slide",
+            help="Past the position table, continue with a sliding window (default) or stop there.",
+        ),
+        ConfigKey("sample.slide"),
+    ] = None
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per sample instead of streaming text.")
+    ] = False
+    overrides: SetOption = None
+    kv_cache: Annotated[
+        bool,
+        typer.Option(
+            "--kv-cache/--no-kv-cache",
+            hidden=True,
+            help="Use the KV cache while the window fills (off: full recompute, for benchmarks).",
+        ),
+    ] = True
+    checkpoint: CheckpointOption = "last"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceOptions(Options):
+    """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
+
+    Interventions (--scale, --replace-residual, --ablate-head, --set-input) change stages of the
+    same forward pass; --compare shows what follows from them.
+    """
+
+    config: ConfigOption = None
+    run: RunOption = None
+    prompt: Annotated[str | None, typer.Option("-p", "--prompt", help="Text whose tokens are traced.")] = None
+    ids: Annotated[str | None, typer.Option("--ids", help="Token ids instead of a prompt, e.g. 0,1,2.")] = None
+    position: Annotated[
+        int | None,
+        typer.Option("--position", help="Position to follow (default: the last; negative counts from the end)."),
+    ] = None
+    block: Annotated[int | None, typer.Option("--block", help="Show only this block (default: all).")] = None
+    digits: Annotated[int, typer.Option("--digits", help="Decimals shown for each number.")] = 4
+    top: Annotated[int, typer.Option("--top", help="Next-token candidates shown.")] = 5
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole trace as one JSON object with full rows.")
+    ] = False
+    overrides: SetOption = None
+    scale: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scale",
+            help="Multiply a sublayer's update: B.attention=K or B.ffn=K (B: block or all; 0 removes it). Repeatable.",
+        ),
+    ] = None
+    replace_residual: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replace-residual",
+            help="Broken mode for block B (or all): residual1 = attention, output = ffn, instead of the sums.",
+        ),
+    ] = None
+    ablate_head: Annotated[
+        list[str] | None,
+        typer.Option("--ablate-head", help="Zero head H's contribution in block B: B.H. Repeatable."),
+    ] = None
+    set_input: Annotated[
+        str | None,
+        typer.Option(
+            "--set-input",
+            help='Replace the traced position\'s block-0 input row, e.g. "2,2,2,2" (model width numbers).',
+        ),
+    ] = None
+    at_position: Annotated[
+        bool,
+        typer.Option(
+            "--at-position",
+            help="Apply --scale, --replace-residual and --ablate-head at the traced position only "
+            "(default: every position).",
+        ),
+    ] = False
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Show the unmodified and the modified pass side by side, with norms, changes and the KL "
+            "divergence of the next-token distributions.",
+        ),
+    ] = False
+    checkpoint: CheckpointOption = "last"
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            "--png", help="Also write every head's attention weights in every block as heat maps (needs matplotlib)."
+        ),
+    ] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions(Options):
+    """Score every token of a text file with a trained run: nats per token, bits per byte, perplexity."""
+
+    config: ConfigOption = None
+    run: RunOption = None
+    data: Annotated[Path, typer.Option("--data", help="UTF-8 text file to score.")]
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity."),
+    ] = False
+    per_token: Annotated[
+        Path | None,
+        typer.Option("--per-token", help="Write one JSON line per scored token: position, id, token, surprisal_bits."),
+    ] = None
+    overrides: SetOption = None
+    checkpoint: CheckpointOption = "last"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions(Options):
+    """Export a run's weights: safetensors, or a Hugging Face GPT-2 folder (GPT2LMHeadModel,
+    PreTrainedTokenizerFast)."""
+
+    config: ConfigOption = None
+    run: RunOption = None
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="safetensors (minigpt's names + config.json) or hf (a GPT-2 folder transformers loads)."
+        ),
+    ]
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (new or empty).")]
+    overrides: SetOption = None
+    checkpoint: CheckpointOption = "last"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlotOptions(Options):
+    """Training loss, validation loss and validation bits/byte of one or several runs, overlaid."""
+
+    runs: Annotated[list[Path], typer.Argument(help="Run folders to overlay.")]
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="PNG to write (needs matplotlib); without it, a text plot.")
+    ] = None
+    x: Annotated[str, typer.Option("--x", help="step, or time (seconds of training).")] = "step"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExploreOptions(Options):
+    """Serve a local page to explore a run: trace a position, move the lesson's controls (attention and
+    FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after."""
+
+    config: ConfigOption = None
+    run: RunOption = None
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default: this machine only).")] = "127.0.0.1"
+    port: Annotated[int, typer.Option("--port", help="Port to serve on (0: any free port).")] = 8017
+    overrides: SetOption = None
+    checkpoint: CheckpointOption = "last"
+
+
+# The command line: each command's name, its options, and the module in minigpt/commands/ that runs it.
+COMMANDS: dict[str, tuple[type[Options], str]] = {
+    "train": (TrainOptions, "train"),
+    "sample": (SampleOptions, "sample"),
+    "trace": (TraceOptions, "trace"),
+    "eval": (EvalOptions, "eval"),
+    "export": (ExportOptions, "export"),
+    "plot": (PlotOptions, "plot"),
+    "explore": (ExploreOptions, "explore"),
+}
