@@ -51,11 +51,13 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float, world: World
     return {"val_loss": total, "val_bpb": total * tokens_per_byte / math.log(2)}
 
 
-def estimate_seconds(model: MiniGPT, batch: tuple, tc, steps: int, precision: str = "float32") -> float:
+def estimate_seconds(session: Session, steps: int) -> float:
     """Time one forward and backward pass (after one untimed warm-up, in the run's precision) on a
-    validation batch and scale it to the run. Leaves no trace: gradients are cleared and the RNG
-    state is restored, so a run that shows an estimate computes exactly what one that does not
-    (`--quiet`) computes."""
+    validation batch and scale it to `steps` steps. Leaves no trace: gradients are cleared and the
+    RNG state is restored, so a run that shows an estimate computes exactly what one that does not
+    (a quiet one) computes."""
+    model, tc, precision = session.model, session.cfg.train, session.precision
+    batch = session.val_windows[0]
     x, y = batch
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
         seconds = 0.0

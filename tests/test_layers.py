@@ -5,6 +5,7 @@ no library module prints to stdout, exits the process or reads sys.argv."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,87 @@ def test_library_module_never_prints_exits_or_reads_argv(path):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             assert not any(m.split(".")[0] in ("typer", "click", "argparse") for m in modules), where
+
+
+# ---------------------------------------------------------------- options reach their code by name
+
+COMMAND_LAYER = [PACKAGE / "cli.py", *sorted((PACKAGE / "commands").glob("*.py"))]
+# Functions that take a list of words by design (*args), not options passed along by position.
+WORD_LISTS = {"command_line"}
+
+
+@pytest.mark.parametrize("path", COMMAND_LAYER, ids=lambda p: p.stem)
+def test_no_command_layer_call_passes_more_than_three_arguments_by_position(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name not in WORD_LISTS:
+                assert len(node.args) <= 3, f"{path.name}:{node.lineno}: {name}() takes {len(node.args)} by position"
+
+
+def test_every_command_takes_its_options_as_one_dataclass():
+    from dataclasses import is_dataclass
+
+    from minigpt.cli import app
+    from minigpt.commands.options import COMMANDS
+
+    assert sorted(c.name for c in app.registered_commands) == sorted(COMMANDS)
+    for name, (options, module) in COMMANDS.items():
+        assert is_dataclass(options) and options.__dataclass_params__.frozen, name
+        source = (PACKAGE / "commands" / f"{module}.py").read_text(encoding="utf-8")
+        assert f"def main(o: {options.__name__}) -> None:" in source, name
+
+
+# ---------------------------------------------------------------- the library never spells a flag
+
+FLAG = re.compile(r"(?<![\w-])(--[a-z]|-[cpnoq](?![\w-]))")
+
+
+def _strings_outside_docstrings(tree: ast.AST) -> list[tuple[int, str]]:
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
+def test_no_library_message_names_a_command_line_flag(path):
+    """A library refusal speaks of the thing (the position, the key, the file); where it names a
+    parameter it marks it with errors.option, which the command layer shows as the flag."""
+    for line, text in _strings_outside_docstrings(ast.parse(path.read_text(encoding="utf-8"))):
+        assert not FLAG.search(text), f"{path.name}:{line}: {text!r}"
+
+
+def test_a_marked_option_is_a_flag_on_the_command_line_and_an_argument_in_the_api():
+    from minigpt.errors import MinigptError, option
+
+    error = MinigptError(f"{option('position')} 9 is beyond the prompt; try {option('set_input')} 1,2")
+    assert str(error) == "position 9 is beyond the prompt; try set_input 1,2"
+    assert error.for_command_line == "--position 9 is beyond the prompt; try --set-input 1,2"
+
+
+def test_every_option_a_library_message_names_is_a_flag_of_some_command():
+    from minigpt.commands.options import COMMANDS, annotations
+    from minigpt.errors import as_flag
+
+    flags = set()
+    for options, _ in COMMANDS.values():
+        for hint in annotations(options).values():
+            for declared in getattr(hint, "__metadata__", ()):  # typer.Option("--data", ...): its names
+                names = [getattr(declared, "default", None), *(getattr(declared, "param_decls", None) or ())]
+                flags |= {flag for name in names if isinstance(name, str) for flag in name.split("/")}
+    named = set()
+    for path in LIBRARY:
+        named |= set(re.findall(r"option\(['\"]([a-z_]+)['\"]\)", path.read_text(encoding="utf-8")))
+    assert {"resume", "position", "set", "out"} <= named
+    assert {as_flag(name) for name in named} <= flags, {as_flag(name) for name in named} - flags

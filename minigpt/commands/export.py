@@ -14,5 +14,5 @@ def main(o: ExportOptions) -> None:
     with user_errors():
         check_export(o.format, o.out)  # before loading: a large model takes a while to read
         run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
-        written = export(run.model, run.tokenizer, o.format, o.out)
+        written = export(run.model, run.tokenizer, format=o.format, out=o.out)
     typer.echo(f"wrote {', '.join(p.name for p in written)} to {o.out}")

@@ -92,7 +92,7 @@ def _train(o: TrainOptions) -> None:
         if session.speaks:
             raise
         raise typer.Exit(exc.exit_code) from None
-    _report(result, last_checkpoint, s, o, quiet)
+    _report(result, s, o, last_checkpoint=last_checkpoint, quiet=quiet)
 
 
 def _run(session, o: TrainOptions, quiet: bool) -> tuple[TrainResult, int]:
@@ -103,9 +103,7 @@ def _run(session, o: TrainOptions, quiet: bool) -> tuple[TrainResult, int]:
     for note in session.notes:
         say(note, quiet)
     if not quiet:
-        estimate = _seconds(
-            estimate_seconds(session.model, session.val_windows[0], tc, tc.steps - session.step, session.precision)
-        )
+        estimate = _seconds(estimate_seconds(session, steps=tc.steps - session.step))
         say(
             f"minigpt train: {session.model.num_parameters():,} parameters, "
             f"{len(session.corpus.train_ids):,} train / "
@@ -145,7 +143,7 @@ def _run(session, o: TrainOptions, quiet: bool) -> tuple[TrainResult, int]:
     return result, saver.last_step
 
 
-def _report(result: TrainResult, last_checkpoint: int, session, o: TrainOptions, quiet: bool) -> None:
+def _report(result: TrainResult, session, o: TrainOptions, *, last_checkpoint: int, quiet: bool) -> None:
     """How the run ended, said once (by rank 0): a divergence or a stop, or the summary."""
     tc, run_dir, main = session.cfg.train, session.cfg.run_dir, session.world.is_main
     if result.diverged is not None:
