@@ -87,6 +87,12 @@ class TokenizerConfig:
 class TrainConfig:
     data: str = _spec(str(DEFAULT_CORPUS), "UTF-8 text file to train on")
     out: str = _spec("", "run folder; empty means runs/<config name> under the current directory")
+    init_from: str = _spec(
+        "",
+        "a run folder to fine-tune: this run starts from its weights and keeps its [model] and tokenizer "
+        "(empty: fresh weights)",
+    )
+    init_checkpoint: str = _spec("last", "which weights of init_from: last, or best", choices=("last", "best"))
     val_fraction: float = _spec(
         0.1, "contiguous tail of the text kept for validation", positive=True, maximum=1.0, exclusive_max=True
     )
@@ -158,7 +164,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "sample": SampleConfig,
 }
-PATH_KEYS = {("train", "data"), ("train", "out")}
+PATH_KEYS = {("train", "data"), ("train", "out"), ("train", "init_from")}
 
 
 @dataclass
@@ -169,6 +175,9 @@ class Config:
     sample: SampleConfig
     name: str = "default"  # the config file's stem; names the default run folder
     source: str = "<defaults>"  # where it came from, for messages
+    # The (section, key) pairs the user chose: in a config file they named, by an override or by an
+    # option (a fine-tune checks these against the run it starts from; the rest it takes from there).
+    chosen: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def run_dir(self) -> Path:
@@ -307,7 +316,8 @@ def load_config(
     """Read a config file (the shipped default when None), apply `section.key=value` overrides, then
     the options that stand for one key each ({"train.steps": ("steps", 500)}: the value already typed,
     and the option's name for messages), and validate."""
-    path = Path(path) if path is not None else DEFAULT_CONFIG
+    named = path is not None
+    path = Path(path) if named else DEFAULT_CONFIG
     where = str(path)
     if not path.exists():
         if path == DEFAULT_CONFIG:
@@ -329,6 +339,11 @@ def load_config(
         raise ConfigError(f"{where}: not UTF-8 text; a config must be a UTF-8 TOML file") from None
 
     values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    chosen = (
+        {(section, key) for section, table in raw.items() if isinstance(table, dict) for key in table}
+        if named
+        else set()
+    )
     base = path.resolve().parent
     for section, table in raw.items():
         if section not in SECTIONS:
@@ -342,9 +357,13 @@ def load_config(
         if _is_text_key(section, key) and not isinstance(value, str):
             value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
         _apply(values, section, key, value, f"{option('set')} {text}", Path.cwd())
+        chosen.add((section, key))
     _apply_given(values, flags or {})
+    chosen |= {tuple(name.split(".", 1)) for name in flags or {}}
 
-    cfg = Config(**{s: SECTIONS[s](**values[s]) for s in SECTIONS}, name=path.stem, source=where)
+    cfg = Config(
+        **{s: SECTIONS[s](**values[s]) for s in SECTIONS}, name=path.stem, source=where, chosen=frozenset(chosen)
+    )
     if overrides:  # plain text: it is also the header of a run's config.toml
         cfg.source = f"{where} with overrides {' '.join(overrides)}"
     _cross_checks(cfg)

@@ -113,24 +113,27 @@ def load_corpus(
     cfg: Config,
     on_status: Callable[[str], None] = lambda message: None,
     progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress,
-    fitted: tuple[TextTokenizer, str] | None = None,
+    tokenizer: TextTokenizer | None = None,
+    sha256: str | None = None,
 ) -> Corpus:
     """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input.
     `progress(label, total_characters)` gives a callable told how many characters were done, for
     a progress bar on a large text (the command draws it; nothing is drawn here).
 
-    `fitted = (tokenizer, sha256)`: the tokenizer another process fitted to the text with that
-    sha256 (rank 0 of a data-parallel run). The text here must be that text; it is encoded with
-    that tokenizer, not fitted again, unless this machine's cache already holds the same ids."""
+    `tokenizer`: encode with this one and never fit another (a fine-tune keeps its run's; the other
+    ranks of a data-parallel run use rank 0's). `sha256`: the text must be the one with that hash
+    (the text rank 0 trains on)."""
     path = Path(cfg.train.data)
     text, sha = read_text(path)
-    if fitted is not None and sha != fitted[1]:
+    if sha256 is not None and sha != sha256:
         raise MinigptError(
             f"training text {path} here is not the text rank 0 trains on (sha256 {sha[:12]}... != "
-            f"{fitted[1][:12]}...); every machine needs the same file at the same path"
+            f"{sha256[:12]}...); every machine needs the same file at the same path"
         )
     train_text, val_text = split_text(text, cfg.train.val_fraction)
-    if cfg.tokenizer.kind == "char":
+    if tokenizer is not None:
+        _check_writable(tokenizer, text, path)
+    elif cfg.tokenizer.kind == "char":
         unseen = sorted(set(val_text) - set(train_text))
         if unseen:
             # A char tokenizer fitted to the training head cannot encode these; say so up front.
@@ -139,24 +142,23 @@ def load_corpus(
                 f"validation tail of {path} has characters the training part never uses "
                 f'({shown}); use tokenizer.kind = "bpe" or "byte", or change val_fraction'
             )
-    settings = {
-        "format": CACHE_FORMAT,
-        "sha256": sha,
-        "kind": cfg.tokenizer.kind,
-        "vocab_size": cfg.tokenizer.vocab_size,
-        "val_fraction": cfg.train.val_fraction,
-    }
+    settings = {"format": CACHE_FORMAT, "sha256": sha, "val_fraction": cfg.train.val_fraction}
+    # A tokenizer given is known by its fingerprint; one fitted here, by what it is fitted with.
+    settings |= (
+        {"tokenizer": tokenizer.fingerprint()}
+        if tokenizer is not None
+        else {"kind": cfg.tokenizer.kind, "vocab_size": cfg.tokenizer.vocab_size}
+    )
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
     folder = cache_root() / key
     files = [folder / name for name in ("tokenizer.json", "train.npy", "val.npy")]
     cached = _read_cache(files) if all(f.exists() for f in files) else None
-    if cached is not None and (fitted is None or cached[0].fingerprint() == fitted[0].fingerprint()):
+    if cached is not None and (tokenizer is None or cached[0].fingerprint() == tokenizer.fingerprint()):
         on_status(f"token cache hit: {folder}")
         tokenizer, train_ids, val_ids = cached
     else:
-        if fitted is not None:
-            tokenizer = fitted[0]
-        else:
+        given = tokenizer is not None
+        if not given:
             with progress(f"fitting the {cfg.tokenizer.kind} tokenizer", len(train_text)) as advance:
                 tokenizer = TextTokenizer(
                     train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text, advance)
@@ -172,8 +174,8 @@ def load_corpus(
         except OSError as exc:
             where = f"token cache not written ({exc.strerror}), so the next run encodes again"
         done = (
-            f"encoded {len(text):,} characters with rank 0's {cfg.tokenizer.kind} tokenizer"
-            if fitted
+            f"encoded {len(text):,} characters with the run's own {cfg.tokenizer.kind} tokenizer"
+            if given
             else f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} characters"
         )
         on_status(f"{done}; {where}")
@@ -184,6 +186,20 @@ def load_corpus(
     for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
         check_token_ids(ids, tokenizer.vocab_size)
     return corpus
+
+
+def _check_writable(tokenizer: TextTokenizer, text: str, path: Path) -> None:
+    """A tokenizer that was not fitted to this text (a fine-tune's) must write every character of it:
+    a char tokenizer's first unknown character is named with where it is."""
+    unknown = tokenizer.unknown_characters(text)
+    if unknown:
+        offset = min(text.find(c) for c in unknown)
+        line = text.count("\n", 0, offset) + 1
+        raise MinigptError(
+            f"training text {path} has {text[offset]!r} at character {offset:,} (line {line}), which the run's "
+            f"char tokenizer cannot write ({len(unknown)} such character(s) in all; it knows "
+            f"{tokenizer.vocab_size}); remove them, or start from a run with a byte-level tokenizer"
+        )
 
 
 def _read_cache(files: list[Path]) -> tuple[TextTokenizer, np.ndarray, np.ndarray] | None:

@@ -22,13 +22,13 @@ import math
 import os
 import pickle
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .config import Config, load_config, model_config_from, model_section_differences
+from .config import Config, ModelConfig, load_config, model_config_from, model_section_differences
 from .device import check_dtype
 from .errors import MinigptError, option
 from .events import Diverged, EvalDone, Listener, StepDone
@@ -42,6 +42,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 BEST_FILE = "best.pt"  # the weights at the best validation loss so far (weights and [model] only)
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}
 METRICS_FILE = "metrics.jsonl"
+ORIGIN_FILE = "origin.json"  # where a run's starting weights came from (a fine-tune's source), when not fresh
 FORMAT_VERSION = 1
 
 
@@ -102,6 +103,10 @@ _NOT_IDENTITY = {
         "sample_every",
         "sample_prompt",
         "sample_tokens",
+        # A fine-tune is identified by its weights, not by where they were read: the source's sha256
+        # is in its checkpoint, and the path may change.
+        "init_from",
+        "init_checkpoint",
     )
 }
 
@@ -209,7 +214,7 @@ def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
 
 # What `create` writes before the first checkpoint: a folder holding only these (and temporary
 # files) is a run whose creation was cut short, not a run to protect.
-UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE}
+UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE, ORIGIN_FILE}
 
 
 def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
@@ -254,6 +259,8 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, fi
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
         atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
+        if "origin" in first_checkpoint:
+            atomic_write_text(run_dir / ORIGIN_FILE, json.dumps(first_checkpoint["origin"], indent=2) + "\n")
         save_checkpoint(run_dir / CHECKPOINT_FILE, first_checkpoint)
     except OSError as exc:
         if created:
@@ -449,6 +456,22 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def saved_config(
+    run_dir: Path, given_as: str = "run", overrides: list[str] | tuple[str, ...] = (), flags: dict | None = None
+) -> Config:
+    """The resolved config a run folder saved (config.toml: the run describes itself), with any
+    overrides and options on top."""
+    saved = Path(run_dir) / CONFIG_FILE
+    if not saved.is_file():
+        raise MinigptError(
+            f"{option(given_as)} {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
+            f"pass the config it was trained with as {option('config')}"
+            if given_as == "run"
+            else f"{option(given_as)} {run_dir} has no {CONFIG_FILE}, so it is not a run folder minigpt can read"
+        )
+    return load_config(saved, overrides, flags)
+
+
 def reading_config(
     config: Path | None, run_dir: Path | None, overrides: list[str], flags: dict[str, tuple[str, Any]] | None = None
 ) -> tuple[Config, Path]:
@@ -465,15 +488,54 @@ def reading_config(
                 f"{option('run')} {run_dir}: no such run folder; train one there first (`minigpt train` with "
                 f"{option('out')} {run_dir})"
             )
-        saved = run_dir / CONFIG_FILE
-        if not saved.is_file():
-            raise MinigptError(
-                f"{option('run')} {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
-                f"pass the config it was trained with as {option('config')}"
-            )
-        return load_config(saved, overrides, flags), run_dir
+        return saved_config(run_dir, overrides=overrides, flags=flags), run_dir
     cfg = load_config(config, overrides, flags)
     return cfg, Path(run_dir) if run_dir is not None else cfg.run_dir
+
+
+@dataclass
+class RunWeights:
+    """One checkpoint of a run folder, read and checked: its [model] section, and the run's tokenizer."""
+
+    path: Path  # the checkpoint file
+    payload: dict[str, Any]
+    model_config: ModelConfig
+    tokenizer: TextTokenizer
+
+
+def read_weights(run_dir: Path, checkpoint: str = "last", given_as: str = "run") -> RunWeights:
+    """The last checkpoint of a run folder, or its best one, with the tokenizer beside it; refused
+    (naming the folder as the option `given_as` that gave it) when it is not a consistent run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise MinigptError(
+            f"no run folder at {run_dir}; train one first with `minigpt train` (same config), or pass "
+            f"{option(given_as)} DIR"
+            if given_as == "run"
+            else f"{option(given_as)} {run_dir}: no such run folder; give a folder `minigpt train` wrote"
+        )
+    if checkpoint not in CHECKPOINTS:
+        raise MinigptError(f"{option('checkpoint')} {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
+    path = run_dir / CHECKPOINTS[checkpoint]
+    if given_as != "run" and not (run_dir / CHECKPOINT_FILE).is_file():
+        raise MinigptError(
+            f"{option(given_as)} {run_dir} is not a run folder (it has no {CHECKPOINT_FILE}); give a folder "
+            f"`minigpt train` wrote"
+        )
+    if checkpoint == "best" and not path.is_file():
+        raise MinigptError(
+            f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
+            f"use {option('checkpoint')} last, or train until an evaluation"
+        )
+    payload = load_checkpoint(path)
+    model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
+    tokenizer = TextTokenizer.load(run_dir / TOKENIZER_FILE)
+    if tokenizer.vocab_size != payload["vocab_size"]:
+        raise MinigptError(
+            f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
+            f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it"
+        )
+    return RunWeights(path, payload, model_config, tokenizer)
 
 
 def load_model(
@@ -483,31 +545,11 @@ def load_model(
     its best one. The model is built from the [model] section the checkpoint stores; a config
     whose [model] disagrees is refused."""
     run_dir = Path(run_dir) if run_dir is not None else cfg.run_dir
-    if not run_dir.is_dir():
-        raise MinigptError(
-            f"no run folder at {run_dir}; train one first with `minigpt train` (same config), or give its "
-            f"{option('run')} folder"
-        )
-    if checkpoint not in CHECKPOINTS:
-        raise MinigptError(f"{option('checkpoint')} {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
-    path = run_dir / CHECKPOINTS[checkpoint]
-    if checkpoint == "best" and not path.is_file():
-        raise MinigptError(
-            f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
-            f"use {option('checkpoint')} last, or train until an evaluation"
-        )
-    payload = load_checkpoint(path)
-    model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
-    check_dtype(device, model_config.dtype)
-    check_model_matches(cfg, payload, run_dir)
-    tokenizer = TextTokenizer.load(run_dir / TOKENIZER_FILE)
-    if tokenizer.vocab_size != payload["vocab_size"]:
-        raise MinigptError(
-            f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
-            f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it"
-        )
+    weights = read_weights(run_dir, checkpoint)
+    check_dtype(device, weights.model_config.dtype)
+    check_model_matches(cfg, weights.payload, run_dir)
     # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
     # use imports a second of torch machinery, more than the init costs at this size.
-    model = MiniGPT(model_config, payload["vocab_size"])
-    model.load_state_dict(payload["model"])
-    return model.to(device).eval(), tokenizer
+    model = MiniGPT(weights.model_config, weights.payload["vocab_size"])
+    model.load_state_dict(weights.payload["model"])
+    return model.to(device).eval(), weights.tokenizer

@@ -19,12 +19,14 @@ resumed run on the CPU in float32 ends with bitwise identical weights.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,7 @@ import torch
 
 from . import distributed
 from . import run as run_folder
-from .config import Config
+from .config import Config, ModelConfig, TokenizerConfig
 from .data import Batches, Corpus, load_corpus
 from .device import available_memory, check_dtype, pick_device, pick_precision, use_threads
 from .distributed import RankLost, World
@@ -120,6 +122,7 @@ class Session:
     lock: run_folder.RunLock | None = None  # held while this session may write its run folder
     world: World = field(default_factory=World)  # this process's place in a data-parallel run
     forward_model: Any = None  # what the step calls: the model, or its DistributedDataParallel wrapper
+    origin: Origin | None = None  # the run a fine-tune started from; None for fresh weights
 
     def close(self) -> None:
         """Release the run folder for the next writer."""
@@ -156,7 +159,18 @@ class Session:
             hashes=self.hashes(),
             identity=run_folder.training_identity(self.identity_cfg),
         )
+        if self.origin is not None:
+            state["origin"] = asdict(self.origin)
         return state
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a fine-tune's starting weights came from: a run folder's checkpoint, and its sha256."""
+
+    run: str
+    checkpoint: str  # "last" or "best"
+    sha256: str
 
 
 def global_batch_config(cfg: Config, world: World) -> Config:
@@ -168,12 +182,20 @@ def global_batch_config(cfg: Config, world: World) -> Config:
 
 
 def build(
-    cfg: Config, corpus: Corpus, device: str = "cpu", payload: dict[str, Any] | None = None, world: World = World()
+    cfg: Config,
+    corpus: Corpus,
+    device: str = "cpu",
+    payload: dict[str, Any] | None = None,
+    world: World = World(),
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> Session:
-    """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given."""
+    """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given,
+    or starting from `weights` (a fine-tune's: the model's state, with a fresh optimizer)."""
     tc = cfg.train
     torch.manual_seed(tc.seed)
     model = MiniGPT(cfg.model, corpus.tokenizer.vocab_size).to(device)
+    if weights is not None:
+        model.load_state_dict(weights)
     optimizer = make_optimizer(model, tc)
     generator = torch.Generator().manual_seed(tc.seed)
     step = 0
@@ -257,6 +279,7 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
         world,
         (
             shared_settings(cfg),
+            (session.cfg.model, session.cfg.tokenizer),
             session.corpus.tokenizer.to_str(),
             session.corpus.sha256,
             session.checkpoint(session.step),
@@ -266,16 +289,18 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
     )
 
     def build_here() -> Session:
-        settings, tokenizer_json, sha256, payload = sent
+        settings, (model, tokenizer), tokenizer_json, sha256, payload = sent
         differences = run_folder.sections_differences(shared_settings(cfg), settings)
         if differences:  # the ranks would train different runs, or wait on each other at different steps
             raise MinigptError(
                 f"the config here differs from rank 0's ({'; '.join(differences)} (here != rank 0)); "
                 f"launch every process with the same config file, {option('set')} values and options"
             )
-        corpus = load_corpus(cfg, fitted=(TextTokenizer.from_str(tokenizer_json), sha256))
-        joined = _build_checked(cfg, corpus, payload, world)
+        here = replace(cfg, model=model, tokenizer=tokenizer)  # a fine-tune's, from the run it starts from
+        corpus = load_corpus(here, tokenizer=TextTokenizer.from_str(tokenizer_json), sha256=sha256)
+        joined = _build_checked(here, corpus, payload, world)
         joined.resumed = resume
+        joined.origin = Origin(**payload["origin"]) if "origin" in payload else None
         return joined
 
     return distributed.agree(world, (lambda: session) if world.is_main else build_here)
@@ -298,15 +323,36 @@ def _prepare(
     world: World = World(),
 ) -> Session:
     """Every check, the corpus and the built session; nothing in the run folder is touched."""
-    tc = cfg.train
     run_dir = cfg.run_dir
     payload = run_folder.load_checkpoint(run_dir / run_folder.CHECKPOINT_FILE) if resume else None
+    origin, weights, tokenizer = None, None, None
+    if cfg.train.init_from:
+        # A fine-tune keeps the [model] and tokenizer of the run it starts from; resumed, it reads
+        # them back from its own folder (so the source may since have moved).
+        source = run_folder.read_weights(
+            run_dir if resume else Path(cfg.train.init_from),
+            "last" if resume else cfg.train.init_checkpoint,
+            given_as="run" if resume else "init_from",
+        )
+        if resume:  # what the run recorded of itself: the identity in its checkpoint
+            settings = TokenizerConfig(**payload["identity"]["tokenizer"])
+            origin = Origin(**payload["origin"]) if "origin" in payload else None
+        else:
+            settings = run_folder.saved_config(Path(cfg.train.init_from), given_as="init_from").tokenizer
+        cfg = fine_tune_config(cfg, source.model_config, settings)
+        tokenizer = source.tokenizer
+        if not resume:
+            origin = Origin(str(Path(cfg.train.init_from).resolve()), cfg.train.init_checkpoint, _sha256(source.path))
+            weights = source.payload["model"]
+    tc = cfg.train
     if payload is not None:
         run_folder.check_model_matches(cfg, payload, run_dir)
 
     notes: list[str] = []
     with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
-        corpus = load_corpus(cfg, on_status=notes.append, **({"progress": progress} if progress else {}))
+        corpus = load_corpus(
+            cfg, on_status=notes.append, tokenizer=tokenizer, **({"progress": progress} if progress else {})
+        )
     if payload is not None:
         run_folder.check_resume(
             payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path, world.size
@@ -319,9 +365,9 @@ def _prepare(
             "[train] sample_prompt",
             "shorten it",
         )
-    session = _build_checked(cfg, corpus, payload, world)
-    session.notes = notes
-    if cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
+    session = _build_checked(cfg, corpus, payload, world, weights=weights)
+    session.notes, session.origin = notes, origin
+    if origin is None and cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
         notes.append(
             f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
             f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge"
@@ -334,7 +380,13 @@ def _prepare(
     return session
 
 
-def _build_checked(cfg: Config, corpus: Corpus, payload: dict[str, Any] | None, world: World) -> Session:
+def _build_checked(
+    cfg: Config,
+    corpus: Corpus,
+    payload: dict[str, Any] | None,
+    world: World,
+    weights: dict[str, torch.Tensor] | None = None,
+) -> Session:
     """The session on this rank's device, once the device can hold the model in its dtype."""
     device = rank_device(cfg.train.device, world)
     check_dtype(device, cfg.model.dtype)
@@ -342,7 +394,35 @@ def _build_checked(cfg: Config, corpus: Corpus, payload: dict[str, Any] | None, 
         torch.cuda.set_device(device)  # NCCL talks to each rank's own GPU
     check_memory(cfg, corpus.tokenizer.vocab_size, device)
     use_threads(cfg.train.threads)
-    return build(cfg, corpus, device, payload, world)
+    return build(cfg, corpus, device, payload, world, weights=weights)
+
+
+def fine_tune_config(cfg: Config, model: ModelConfig, tokenizer: TokenizerConfig) -> Config:
+    """A fine-tune's config: its own [train] and [sample], and the [model] and [tokenizer] of the run it
+    starts from. What the user chose for those two sections must agree with that run, dropout aside
+    (a fine-tune may regularise differently)."""
+    theirs = {"model": asdict(model), "tokenizer": asdict(tokenizer)}
+    differences = [
+        f"[{section}] {key}: {getattr(getattr(cfg, section), key)!r} != {theirs[section][key]!r}"
+        for section, key in sorted(cfg.chosen)
+        if section in theirs and key != "dropout" and getattr(getattr(cfg, section), key) != theirs[section][key]
+    ]
+    if differences:
+        raise MinigptError(
+            f"{option('init_from')} {cfg.train.init_from}: a fine-tune keeps the [model] and [tokenizer] of the run "
+            f"it starts from, but the config sets them otherwise ({'; '.join(differences)} (config != that run)); "
+            f"leave those keys out (or match them); only dropout may differ"
+        )
+    dropout = cfg.model.dropout if ("model", "dropout") in cfg.chosen else model.dropout
+    return replace(cfg, model=replace(model, dropout=dropout), tokenizer=tokenizer)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _open_folder(session: Session, lock: run_folder.RunLock, force: bool) -> None:

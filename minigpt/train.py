@@ -202,8 +202,11 @@ class Trainer:
         s, tc = self.session, self.session.cfg.train
         started, start_step = time.perf_counter(), s.step
         last_val: dict[str, float] = {}
-        s.model.train()
         try:
+            if s.step == 0 and s.origin is not None and not s.resumed:  # where a fine-tune starts: its source's score
+                last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte, s.world)
+                self._emit("on_eval", EvalDone(0, **last_val))
+            s.model.train()
             while s.step < tc.steps:
                 loss, lr = self.train_step()
                 if self.diverged is not None:

@@ -92,6 +92,20 @@ class TrainOptions(Options):
     steps: Annotated[
         int | None, typer.Option("--steps", help="Optimizer steps (overrides train.steps)."), ConfigKey("train.steps")
     ] = None
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            help="Fine-tune: start from this run's weights, keeping its [model] and tokenizer (a fresh optimizer, "
+            "this config's [train] schedule).",
+        ),
+        ConfigKey("train.init_from"),
+    ] = None
+    init_checkpoint: Annotated[
+        str | None,
+        typer.Option("--init-checkpoint", help="Which weights of --init-from: last (default) or best."),
+        ConfigKey("train.init_checkpoint"),
+    ] = None
     overrides: SetOption = None
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the run in the run folder from its checkpoint.")

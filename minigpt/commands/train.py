@@ -181,6 +181,9 @@ def _resume_command(world: distributed.World, o: TrainOptions) -> str:
     again = ["-c", o.config] if o.config else []
     again += [a for override in o.overrides for a in ("--set", override)]
     again += (["--data", o.data] if o.data else []) + (["--out", o.out] if o.out else [])
+    again += (["--init-from", o.init_from] if o.init_from else []) + (
+        ["--init-checkpoint", o.init_checkpoint] if o.init_checkpoint else []
+    )
     again += ["--steps", o.steps] if o.steps is not None else []
     if not world.distributed:
         return command_line("minigpt", "train", *again, "--resume")
@@ -222,8 +225,10 @@ class ProgressBar(Listener):
 
     def _show(self) -> None:
         e = self.last
-        postfix = f"loss {e.loss:.3f}" + (f", val {self.val:.3f}" if self.val is not None else "")
-        self.bar.set_postfix_str(f"{postfix}, {e.tokens_per_s:,.0f} tok/s", refresh=False)
+        shown = [f"loss {e.loss:.3f}"] if e is not None else []  # a fine-tune is evaluated before its first step
+        shown += [f"val {self.val:.3f}"] if self.val is not None else []
+        shown += [f"{e.tokens_per_s:,.0f} tok/s"] if e is not None else []
+        self.bar.set_postfix_str(", ".join(shown), refresh=False)
 
     def close(self) -> None:
         self.bar.close()
