@@ -1,5 +1,6 @@
-"""The Python API: a run folder opened for reading, the layer every reading command stands on.
+"""The Python API, the layer the commands stand on: training a run, and a run opened for reading.
 
+    result = minigpt.train(data="my.txt", out="runs/mine", steps=200, set={"model.n_layer": 2})
     run = minigpt.load("runs/default")                 # or checkpoint="best"
     run.sample("ROMEO:", max_new_tokens=100, seed=1)    # the text; num_samples=3 gives a list
     run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
@@ -14,26 +15,135 @@ a trace when threads is 0, as the commands do, since their matmuls are too small
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import distributed
 from . import interventions as edits
-from .config import Config, updated
+from .config import Config, load_config, updated
 from .data import read_text
-from .device import pick_device, use_threads
+from .device import keep_freed_memory, pick_device, use_threads
 from .errors import MinigptError, option
+from .events import Listener
 from .generate import SampleResult, complete
 from .model import MiniGPT
+from .progress import TrainingProgress, characters
 from .run import load_model, reading_config
 from .scoring import Scores, score
+from .session import Session, TrainingSession
 from .tokenizer import TextTokenizer
 from .trace import Comparison, Trace, parse_ids, prompt_ids, trace_position
 from .trace import compare as compare_passes
+from .train import CheckpointSaver, DivergedError, Trainer, TrainResult, WriteFailed, run_folder_listeners
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
 SAMPLE_SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "greedy", "seed", "num_samples", "stop", "slide")
+
+
+def train(
+    data: str | Path | None = None,
+    out: str | Path | None = None,
+    steps: int | None = None,
+    *,
+    config: str | Path | None = None,
+    set: Mapping[str, Any] | Sequence[str] = (),
+    init_from: str | Path | None = None,
+    init_checkpoint: str | None = None,
+    resume: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    listeners: Sequence[Listener] = (),
+    on_start: Callable[[Session], None] | None = None,
+    preparing: Callable[[str], AbstractContextManager] | None = None,
+) -> TrainResult:
+    """Train a run: `config` (default: the shipped configs/default.toml) with `set` overrides, on
+    `data`, into the run folder `out`, for `steps` steps; `init_from` a run folder fine-tunes it
+    (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
+    `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
+    `listeners` hear every event (events.py); `on_start(session)` is called once everything is
+    checked, before the first step (the command prints its summary there). Interrupting (Ctrl-C, or
+    a notebook's stop button) finishes the step, saves a checkpoint and returns with `stopped`;
+    `resume=True` continues. Returns the TrainResult (`result.run` is the folder to load)."""
+    given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
+    flags = {f"train.{k}": (k, str(v) if isinstance(v, Path) else v) for k, v in given.items() if v is not None}
+
+    def read_config() -> Config:
+        if resume and force:
+            raise MinigptError(
+                f"{option('resume')} and {option('force')} contradict each other; {option('resume')} continues a "
+                f"run, {option('force')} replaces it"
+            )
+        return load_config(config, overrides(set), flags)
+
+    keep_freed_memory()  # fewer fresh pages per step: see device.py
+    session = TrainingSession(
+        read_config,
+        resume=resume,
+        force=force,
+        preparing=preparing or (lambda message: nullcontext()),
+        progress=characters if progress else None,
+    )
+    progress = progress and session.speaks  # under torchrun, rank 0 alone shows anything
+    with session as s:
+        if s.finished:
+            return TrainResult(s.step, 0, 0.0, 0.0, total=s.cfg.train.steps, run=s.cfg.run_dir, checkpoint_step=s.step)
+        if on_start is not None:
+            on_start(s)
+        bar = TrainingProgress(s.step, s.cfg.train.steps) if progress else None
+        prompt = s.cfg.train.sample_prompt
+
+        def sample_shown(step: int, text: str) -> None:
+            bar.write(f"--- sample at step {step} ---\n{prompt + text}")
+
+        saver = CheckpointSaver(s)
+        try:
+            # Opening the metrics log rewrites it on resume, which can fail (a disk still full): agreed,
+            # so the other ranks stop with rank 0 instead of waiting for it at the first step.
+            writers = distributed.agree(s.world, lambda: run_folder_listeners(s, saver, sample_shown if bar else None))
+            trainer = Trainer(s, [*writers, *([bar] if bar else []), *listeners])
+            with _interrupt_stops(trainer.request_stop):
+                result = trainer.run()
+        except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically
+            raise WriteFailed(str(exc.strerror or exc), s.cfg.run_dir, saver.last_step) from None
+    result.run, result.checkpoint_step = s.cfg.run_dir, saver.last_step
+    if result.diverged is not None:
+        d = result.diverged
+        raise DivergedError(
+            f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): it was not "
+            f"applied and training stopped; the last good checkpoint (step {saver.last_step}) is intact in "
+            f"{s.cfg.run_dir}. Lower train.learning_rate or set train.grad_clip (for example 1.0) and train again "
+            f"with {option('force')}; {option('resume')} retries from step {saver.last_step} with the same settings"
+        )
+    return result
+
+
+@contextmanager
+def _interrupt_stops(request_stop: Callable[[], None]) -> Iterator[None]:
+    """Ctrl-C or SIGTERM asks for a stop at the next step boundary, with a checkpoint; a second
+    Ctrl-C stops at once. A second SIGTERM never does: a scheduler may signal torchrun and every
+    worker together, and torchrun forwards its own to each worker, so one stop arrives twice."""
+    asked = []
+
+    def handler(signum, frame):
+        if asked and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        asked.append(signum)
+        request_stop()
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def load(

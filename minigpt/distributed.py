@@ -69,6 +69,12 @@ def from_environment() -> World:
 _patient = None  # the process group of the long waits before training
 
 
+def speaks() -> bool:
+    """Whether this process talks to the user: under torchrun only rank 0 does (read from the
+    environment, so it is known before the ranks have joined)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 class RefusedElsewhere(MinigptError):
     """Another rank refused or failed; this rank stops too, and leaves the one line to rank 0."""
 

@@ -20,7 +20,6 @@ resumed run on the CPU in float32 ends with bitwise identical weights.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
@@ -67,9 +66,8 @@ class TrainingSession:
 
     @property
     def speaks(self) -> bool:
-        """Whether this process talks to the user: under torchrun only rank 0 does (known from the
-        environment before the ranks have joined)."""
-        return int(os.environ.get("RANK", "0")) == 0
+        """Whether this process talks to the user (under torchrun, rank 0 alone)."""
+        return distributed.speaks()
 
     def __enter__(self) -> Session:
         self.world = distributed.from_environment()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -23,6 +24,7 @@ from . import distributed
 from . import run as run_folder
 from .device import autocast
 from .distributed import RefusedElsewhere, World
+from .errors import MinigptError, option
 from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
 from .generate import generate
 from .model import MiniGPT
@@ -116,6 +118,28 @@ class Sampler(Listener):
         self.show(event.step, s.corpus.tokenizer.decode(ids))
 
 
+def run_folder_listeners(
+    session: Session, saver: CheckpointSaver, show_sample: Callable[[int, str], None] | None = None
+) -> list[Listener]:
+    """What a run writes while it trains (rank 0 alone writes the folder): metrics.jsonl, the
+    checkpoints (through `saver`), best.pt, and the samples of `[train] sample_every` (kept in the
+    metrics log, and handed to `show_sample(step, text)` when given)."""
+    if not session.world.is_main:
+        return []
+    run_dir, tc = session.cfg.run_dir, session.cfg.train
+    metrics = run_folder.MetricsLog(
+        run_dir / run_folder.METRICS_FILE, tc.log_interval, keep_through_step=session.step if session.resumed else None
+    )
+
+    def sampled(step: int, text: str) -> None:
+        metrics.write({"step": step, "sample": text})
+        if show_sample is not None:
+            show_sample(step, text)
+
+    best = run_folder.BestKeeper(run_dir, session.cfg, session.model)
+    return [metrics, saver, best, Sampler(session, sampled)]
+
+
 @dataclass
 class TrainResult:
     step: int
@@ -126,6 +150,30 @@ class TrainResult:
     val_bpb: float | None = None
     stopped: bool = False  # ended early at a step boundary because a stop was requested
     diverged: Diverged | None = None  # ended because this step's loss or gradient norm was not finite
+    total: int = 0  # the run's [train] steps
+    run: Path | None = None  # the run folder (minigpt.load(result.run) reads it)
+    checkpoint_step: int | None = None  # the step of the newest checkpoint on disk
+
+
+class DivergedError(MinigptError):
+    """A step's loss or gradient norm was not finite: it was not applied, and training stopped."""
+
+    exit_code = 1
+
+
+class WriteFailed(MinigptError):
+    """The run folder could not be written mid-run (a full disk); its last checkpoint stands.
+    `resume_with`: the command that resumes the run, where the caller can write it out."""
+
+    exit_code = 1
+
+    def __init__(self, reason: str, run: Path, checkpoint_step: int, resume_with: str | None = None):
+        resume = f"resume with: {resume_with}" if resume_with else f"resume it ({option('resume')})"
+        super().__init__(
+            f"could not write to the run folder {run} ({reason}); its last checkpoint (step {checkpoint_step}) "
+            f"is intact: make room, then {resume}"
+        )
+        self.reason, self.run, self.checkpoint_step = reason, run, checkpoint_step
 
 
 class Trainer:
@@ -244,4 +292,5 @@ class Trainer:
             last_val.get("val_bpb"),
             stopped=s.step < tc.steps and self.diverged is None,
             diverged=self.diverged,
+            total=tc.steps,
         )
