@@ -71,7 +71,11 @@ class ModelConfig:
     )
     norm: str = _spec("layernorm", "normalisation", choices=("layernorm", "rmsnorm"))
     norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
-    activation: str = _spec("relu", "FFN non-linearity", choices=("relu", "gelu", "swiglu"))
+    activation: str = _spec(
+        "relu",
+        "FFN non-linearity: relu, gelu (exact, erf), gelu_tanh (the tanh approximation GPT-2 uses) or swiglu",
+        choices=("relu", "gelu", "gelu_tanh", "swiglu"),
+    )
     bias: bool = _spec(True, "biases in the linear layers and in LayerNorm (RMSNorm has none)")
     tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
     dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs", choices=("float32", "float64"))
