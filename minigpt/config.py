@@ -83,8 +83,15 @@ class ModelConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: str = _spec("bpe", "byte-level BPE, one id per character, or 256 byte ids", choices=("bpe", "char", "byte"))
-    vocab_size: int = _spec(1024, "BPE vocabulary size (at least 257: 256 bytes plus merges)", minimum=1)
+    kind: str = _spec(
+        "bpe",
+        "byte-level BPE, one id per character, or 256 byte ids, fitted to the training text; imported: the "
+        "tokenizer an imported model came with (the run's tokenizer.json), never fitted again",
+        choices=("bpe", "char", "byte", "imported"),
+    )
+    vocab_size: int = _spec(
+        1024, "BPE vocabulary size (at least 257: 256 bytes plus merges); imported: the tokenizer's ids", minimum=1
+    )
 
 
 @dataclass
