@@ -311,6 +311,18 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, payloa
     save_checkpoint(run_dir / CHECKPOINT_FILE, payload)
 
 
+def check_new_run(run_dir: Path, force: bool) -> None:
+    """Refuse an `--out` that is a file, or a folder holding anything unless `force`: what an import
+    checks before reading anything, and `create_model_run` again before writing."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise MinigptError(f"--out {run_dir} is a file; choose another --out")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
+        raise MinigptError(
+            f"--out {run_dir} already exists and is not empty; pass --force to replace it, or choose another --out"
+        )
+
+
 def create_model_run(
     run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, payload: dict[str, Any]
 ) -> None:
@@ -319,12 +331,7 @@ def create_model_run(
     with `force` the folder it replaces is removed only then. A folder that holds anything is
     refused without `force`; a train writing it (its lock is held) is refused even with it."""
     run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError(f"--out {run_dir} is a file; choose another --out")
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
-        raise MinigptError(
-            f"--out {run_dir} already exists and is not empty; pass --force to replace it, or choose another --out"
-        )
+    check_new_run(run_dir, force)
     made = [p for p in run_dir.parents if not p.exists()][-1:]  # the outermost folder this call makes
     lock = RunLock(run_dir)
     try:

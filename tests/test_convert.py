@@ -799,3 +799,39 @@ def test_an_untied_nanogpt_head_is_kept_as_its_own(tmp_path):
 def test_imported_holds_what_write_run_and_build_need():
     fields = {"model", "vocab_size", "state", "tokenizer", "tokenizer_size", "source"}
     assert set(Imported.__dataclass_fields__) == fields
+
+
+def test_a_run_folder_a_train_is_writing_is_not_replaced(tmp_path, folder):
+    from minigpt.run import RunLock
+
+    imported = read_hf_gpt2(folder)
+    write_run(imported, tmp_path / "run")
+    lock = RunLock(tmp_path / "run").acquire()  # as a `minigpt train` on that folder holds it
+    try:
+        with pytest.raises(MinigptError) as refused:
+            write_run(imported, tmp_path / "run", force=True)
+        assert "is being written by another minigpt train" in one_line(refused)
+    finally:
+        lock.release()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint.pt", "config.toml", "tokenizer.json"]
+
+
+def test_reading_reports_its_progress_to_the_caller(folder):
+    from contextlib import contextmanager
+
+    told = []
+
+    @contextmanager
+    def progress(label, total):
+        done = []
+        yield done.append
+        told.append((label, total, sum(done)))
+
+    read_hf_gpt2(folder, progress=progress)
+    size = (folder / "model.safetensors").stat().st_size
+    tensors = 4 + 12 * SIZE["n_layer"]  # wte, wpe, ln_f (2); 12 per block; the tied head is wte
+    assert told == [
+        ("hashing model.safetensors", size, size),
+        ("reading model.safetensors", 1, 1),
+        ("converting the weights", tensors, tensors),
+    ]
