@@ -76,9 +76,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return payload
 
 
-def model_payload(cfg: Config, model: MiniGPT) -> dict[str, Any]:
-    """What any checkpoint holds; training adds optimizer, step, RNG states and hashes."""
-    return state_payload(cfg, model.state_dict(), model.vocab_size)
+def model_payload(cfg: Config, model: MiniGPT, tokenizer_size: int | None = None) -> dict[str, Any]:
+    """What any checkpoint holds; training adds optimizer, step, RNG states and hashes.
+    `tokenizer_size`: the ids the tokenizer writes, when fewer than the model's rows (see state_payload)."""
+    return state_payload(cfg, model.state_dict(), model.vocab_size, tokenizer_size)
 
 
 def state_payload(

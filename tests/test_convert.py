@@ -835,3 +835,20 @@ def test_reading_reports_its_progress_to_the_caller(folder):
         ("reading model.safetensors", 1, 1),
         ("converting the weights", tensors, tensors),
     ]
+
+
+def test_a_checkpoint_records_the_tokenizer_s_ids_only_when_the_model_has_more_rows():
+    from minigpt.config import Config, ModelConfig, SampleConfig, TokenizerConfig, TrainConfig
+    from minigpt.run import model_payload, tokenizer_size
+
+    cfg = Config(
+        ModelConfig(context=4, n_layer=1, n_head=1, n_embd=4, ffn_hidden=8),
+        TokenizerConfig(),
+        TrainConfig(),
+        SampleConfig(),
+    )
+    model = MiniGPT(cfg.model, 72)
+    padded, plain = model_payload(cfg, model, tokenizer_size=65), model_payload(cfg, model)
+    assert (padded["vocab_size"], padded["tokenizer_size"], tokenizer_size(padded)) == (72, 65, 65)
+    assert "tokenizer_size" not in plain and tokenizer_size(plain) == 72
+    assert "tokenizer_size" not in model_payload(cfg, model, tokenizer_size=72)
