@@ -71,7 +71,11 @@ class ModelConfig:
     )
     norm: str = _spec("layernorm", "normalisation", choices=("layernorm", "rmsnorm"))
     norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
-    activation: str = _spec("relu", "FFN non-linearity", choices=("relu", "gelu", "swiglu"))
+    activation: str = _spec(
+        "relu",
+        "FFN non-linearity: relu, gelu (exact, erf), gelu_tanh (the tanh approximation GPT-2 uses) or swiglu",
+        choices=("relu", "gelu", "gelu_tanh", "swiglu"),
+    )
     bias: bool = _spec(True, "biases in the linear layers and in LayerNorm (RMSNorm has none)")
     tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
     dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs", choices=("float32", "float64"))
@@ -79,8 +83,15 @@ class ModelConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: str = _spec("bpe", "byte-level BPE, one id per character, or 256 byte ids", choices=("bpe", "char", "byte"))
-    vocab_size: int = _spec(1024, "BPE vocabulary size (at least 257: 256 bytes plus merges)", minimum=1)
+    kind: str = _spec(
+        "bpe",
+        "byte-level BPE, one id per character, or 256 byte ids, fitted to the training text; imported: the "
+        "tokenizer an imported model came with (the run's tokenizer.json), never fitted again",
+        choices=("bpe", "char", "byte", "imported"),
+    )
+    vocab_size: int = _spec(
+        1024, "BPE vocabulary size (at least 257: 256 bytes plus merges); imported: the tokenizer's ids", minimum=1
+    )
 
 
 @dataclass

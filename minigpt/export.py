@@ -24,7 +24,8 @@ from .model import MiniGPT
 from .tokenizer import TextTokenizer
 
 EXTRA = 'pip install "minigpt[export]"  (safetensors, transformers)'
-GPT2_ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}  # minigpt's GELU is the exact (erf) one
+# transformers' names: "gelu" is the exact (erf) GELU, "gelu_new" GPT-2's tanh approximation.
+GPT2_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
 
 
 def _safetensors():

@@ -164,6 +164,8 @@ class FoldedModel:
             hidden = pre.relu_()
         elif self.activation == "gelu":
             hidden = F.gelu(pre)
+        elif self.activation == "gelu_tanh":
+            hidden = F.gelu(pre, approximate="tanh")
         else:
             gate, value = pre.chunk(2, dim=-1)
             hidden = F.silu(gate) * value

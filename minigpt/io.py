@@ -1,24 +1,31 @@
 """Atomic writes: a file is written under a temporary name in its own folder and renamed into place,
 so a crash mid-write leaves the previous version intact and a reader never sees half a file.
 
-Used by the run folder (config, tokenizer, checkpoint, metrics) and by the token cache.
+Used by the run folder (config, tokenizer, checkpoint, metrics) and by the token cache; a whole
+folder (an imported run) is written the same way, under a temporary name beside it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def _creation_mode() -> int:
-    """The mode `open()` would give a new file (0o666 less the umask). Reading the umask means
-    setting it, so it is put straight back; asked per write, never changed at import."""
+def _umask() -> int:
+    """The process's umask. Reading it means setting it, so it is put straight back; asked per
+    write, never changed at import."""
     umask = os.umask(0o022)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def _creation_mode() -> int:
+    """The mode `open()` would give a new file (0o666 less the umask)."""
+    return 0o666 & ~_umask()
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False) -> None:
@@ -39,3 +46,29 @@ def atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False)
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_folder(path: Path, fill: Callable[[Path], None]) -> None:
+    """Call fill(folder) on a new temporary folder beside `path`, then rename it to `path`. An
+    existing `path` is moved aside first and removed only once the new folder is in place, so a
+    failure anywhere leaves the old folder as it was and nothing of the new one."""
+    path = Path(path)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old = None
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes 0700; give it the mode mkdir would
+        fill(staging)
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old.tmp", dir=path.parent))
+            os.replace(path, old)  # over the empty placeholder folder
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None:
+            if path.exists():
+                os.rmdir(old)  # the old folder never moved: only the placeholder goes
+            else:
+                os.replace(old, path)  # the new folder never arrived: the old one goes back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

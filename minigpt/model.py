@@ -283,6 +283,8 @@ class FeedForward(nn.Module):
             return F.relu(pre)
         if self.activation == "gelu":
             return F.gelu(pre)
+        if self.activation == "gelu_tanh":  # GPT-2's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            return F.gelu(pre, approximate="tanh")
         gate, value = pre.chunk(2, dim=-1)
         return F.silu(gate) * value
 

@@ -32,7 +32,8 @@ from .config import Config, ModelConfig, load_config, model_config_from, model_s
 from .device import check_dtype
 from .errors import MinigptError, option
 from .events import Diverged, EvalDone, Listener, StepDone
-from .io import atomic_write, atomic_write_text
+from .io import atomic_folder, atomic_write, atomic_write_text
+from .memory import check_memory, parameter_count, reading_bytes
 from .model import MiniGPT
 from .tokenizer import TextTokenizer
 
@@ -76,14 +77,36 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return payload
 
 
-def model_payload(cfg: Config, model: MiniGPT) -> dict[str, Any]:
-    """What any checkpoint holds; training adds optimizer, step, RNG states and hashes."""
-    return {
-        "format": FORMAT_VERSION,
-        "model": model.state_dict(),
-        "model_config": asdict(cfg.model),
-        "vocab_size": model.vocab_size,
-    }
+def model_payload(cfg: Config, model: MiniGPT, tokenizer_size: int | None = None) -> dict[str, Any]:
+    """What any checkpoint holds; training adds optimizer, step, RNG states and hashes.
+    `tokenizer_size`: the ids the tokenizer writes, when fewer than the model's rows (see state_payload)."""
+    return state_payload(cfg, model.state_dict(), model.vocab_size, tokenizer_size)
+
+
+def state_payload(
+    cfg: Config,
+    state: dict[str, torch.Tensor],
+    vocab_size: int,
+    tokenizer_size: int | None = None,
+    origin: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A checkpoint of parameters that need not be in a model yet (an imported model's).
+
+    `tokenizer_size`: how many ids the tokenizer writes, stored only when it is fewer than the
+    model's `vocab_size` rows (a padded vocabulary: nanoGPT's 50,304 rows for GPT-2's 50,257 ids);
+    the rows past it are kept exact and never sampled. `origin`: where the weights came from (also
+    written beside the checkpoint as origin.json)."""
+    payload = {"format": FORMAT_VERSION, "model": state, "model_config": asdict(cfg.model), "vocab_size": vocab_size}
+    if tokenizer_size is not None and tokenizer_size != vocab_size:
+        payload["tokenizer_size"] = tokenizer_size
+    if origin is not None:
+        payload["origin"] = origin
+    return payload
+
+
+def tokenizer_size(payload: dict[str, Any]) -> int:
+    """The ids a checkpoint's tokenizer writes: all its rows unless it was stored padded."""
+    return payload.get("tokenizer_size", payload["vocab_size"])
 
 
 # ---------------------------------------------------------------- identity
@@ -257,11 +280,7 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, fi
             shutil.rmtree(run_dir)
             created = True
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
-        atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
-        if "origin" in first_checkpoint:
-            atomic_write_text(run_dir / ORIGIN_FILE, json.dumps(first_checkpoint["origin"], indent=2) + "\n")
-        save_checkpoint(run_dir / CHECKPOINT_FILE, first_checkpoint)
+        write_run_files(run_dir, cfg, tokenizer, first_checkpoint)
     except OSError as exc:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -290,9 +309,59 @@ def write_model_run(run_dir: Path, cfg: Config, model: MiniGPT, tokenizer: TextT
     (the chapter-17 teaching weights, test fixtures)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_files(run_dir, cfg, tokenizer, model_payload(cfg, model))
+
+
+def write_run_files(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, payload: dict[str, Any]) -> None:
+    """config.toml, tokenizer.json and checkpoint.pt (all that `load_model` reads), and origin.json
+    when the weights came from somewhere (an import, the run a fine-tune started from)."""
     atomic_write_text(run_dir / CONFIG_FILE, cfg.to_toml())
     atomic_write_text(run_dir / TOKENIZER_FILE, tokenizer.to_str())
-    save_checkpoint(run_dir / CHECKPOINT_FILE, model_payload(cfg, model))
+    if "origin" in payload:
+        atomic_write_text(run_dir / ORIGIN_FILE, json.dumps(payload["origin"], indent=2) + "\n")
+    save_checkpoint(run_dir / CHECKPOINT_FILE, payload)
+
+
+def check_new_run(run_dir: Path, force: bool) -> None:
+    """Refuse an `--out` that is a file, or a folder holding anything unless `force`: what an import
+    checks before reading anything, and `create_model_run` again before writing."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise MinigptError(f"{option('out')} {run_dir} is a file; choose another {option('out')}")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
+        raise MinigptError(
+            f"{option('out')} {run_dir} already exists and is not empty; pass {option('force')} to replace it, "
+            f"or choose another {option('out')}"
+        )
+
+
+def create_model_run(
+    run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, payload: dict[str, Any]
+) -> None:
+    """A whole new run folder holding `payload` (an imported model), or nothing at all: it is
+    written under a temporary name beside `run_dir` and renamed into place once complete, and
+    with `force` the folder it replaces is removed only then. A folder that holds anything is
+    refused without `force`; a train writing it (its lock is held) is refused even with it."""
+    run_dir = Path(run_dir)
+    check_new_run(run_dir, force)
+    made = [p for p in run_dir.parents if not p.exists()][-1:]  # the outermost folder this call makes
+    lock = RunLock(run_dir)
+    try:
+        try:
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+            atomic_folder(run_dir, lambda folder: write_run_files(folder, cfg, tokenizer, payload))
+        finally:
+            lock.release()  # before the folders its file lies in are removed
+    except BaseException as exc:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(exc, OSError):
+            reason = exc.strerror or exc
+            raise MinigptError(
+                f"run folder {run_dir} cannot be written ({reason}); make room there or choose another {option('out')}"
+            ) from None
+        raise
 
 
 # ---------------------------------------------------------------- one writer at a time
@@ -530,10 +599,12 @@ def read_weights(run_dir: Path, checkpoint: str = "last", given_as: str = "run")
     payload = load_checkpoint(path)
     model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
     tokenizer = TextTokenizer.load(run_dir / TOKENIZER_FILE)
-    if tokenizer.vocab_size != payload["vocab_size"]:
+    rows, writable = payload["vocab_size"], tokenizer_size(payload)
+    if tokenizer.vocab_size != writable or writable > rows:
+        of_rows = f" (of its {rows} rows)" if writable != rows else ""
         raise MinigptError(
             f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
-            f"expects {payload['vocab_size']}; the run folder is inconsistent, retrain it"
+            f"expects {writable}{of_rows}; the run folder is inconsistent, retrain it"
         )
     return RunWeights(path, payload, model_config, tokenizer)
 
@@ -543,13 +614,26 @@ def load_model(
 ) -> tuple[MiniGPT, TextTokenizer]:
     """The trained model (eval mode) and tokenizer of a run folder, from its last checkpoint or
     its best one. The model is built from the [model] section the checkpoint stores; a config
-    whose [model] disagrees is refused."""
+    whose [model] disagrees is refused, and so is a model the device has no room for, before it
+    is built.
+
+    The tokenizer writes ids 0 .. tokenizer.vocab_size - 1; an imported model may have more rows
+    than that (model.vocab_size, nanoGPT's padding), rows kept exact that no text encodes to, so
+    whatever draws ids from the logits must leave ids from tokenizer.vocab_size on out."""
     run_dir = Path(run_dir) if run_dir is not None else cfg.run_dir
     weights = read_weights(run_dir, checkpoint)
-    check_dtype(device, weights.model_config.dtype)
+    model_config, rows = weights.model_config, weights.payload["vocab_size"]
+    check_dtype(device, model_config.dtype)
     check_model_matches(cfg, weights.payload, run_dir)
+    check_memory(
+        reading_bytes(model_config, rows),
+        device,
+        f"loading this model ({parameter_count(model_config, rows):,} parameters, {model_config.dtype}) "
+        "and sampling from it",
+        "free memory or use a machine with more",
+    )
     # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
     # use imports a second of torch machinery, more than the init costs at this size.
-    model = MiniGPT(weights.model_config, weights.payload["vocab_size"])
+    model = MiniGPT(model_config, rows)
     model.load_state_dict(weights.payload["model"])
     return model.to(device).eval(), weights.tokenizer

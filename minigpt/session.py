@@ -169,6 +169,7 @@ class Origin:
     run: str
     checkpoint: str  # "last" or "best"
     sha256: str
+    kind: str = "init_from"  # beside an import's origin ("hf-gpt2", "nanogpt") in origin.json
 
 
 def global_batch_config(cfg: Config, world: World) -> Config:

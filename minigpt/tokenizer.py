@@ -20,7 +20,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 
 from .errors import MinigptError
 
-KINDS = ("bpe", "char", "byte")
+KINDS = ("bpe", "char", "byte")  # what `train_tokenizer` fits to a text
+IMPORTED = "imported"  # [tokenizer] kind of a run whose tokenizer came with an imported model (convert.py)
 
 _HEX_BYTES = "minigpt-hex-bytes"
 codecs.register_error(
@@ -48,7 +49,8 @@ BYTE_TO_UNICODE = _byte_to_unicode()
 UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
 
 
-def _byte_level(model) -> Tokenizer:
+def byte_level_tokenizer(model) -> Tokenizer:
+    """`model` behind GPT-2's byte-level pre-tokenizer (its regex, no prefix space) and decoder."""
     tok = Tokenizer(model)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -70,13 +72,21 @@ def line_chunks(text: str, size: int = CHUNK_CHARACTERS) -> Iterator[str]:
         start = end
 
 
+def char_tokenizer(vocab: dict[str, int]) -> Tokenizer:
+    """One id per character, the ids `vocab` gives (one character -> id each)."""
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+    tok.decoder = decoders.Fuse()
+    return tok
+
+
 def train_tokenizer(
     kind: str, vocab_size: int, text: str, on_characters: Callable[[int], None] = lambda n: None
 ) -> Tokenizer:
     """A new tokenizer of `kind` fitted to `text` (the training split only, never validation).
     `on_characters(n)` is told as the text is read, for a progress bar."""
     if kind == "bpe":
-        tok = _byte_level(models.BPE())
+        tok = byte_level_tokenizer(models.BPE())
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         )
@@ -91,13 +101,14 @@ def train_tokenizer(
     if kind == "byte":
         # id == byte value, so a learner can read ids as bytes.
         vocab = {BYTE_TO_UNICODE[b]: b for b in range(256)}
-        return _byte_level(models.BPE(vocab=vocab, merges=[]))
+        return byte_level_tokenizer(models.BPE(vocab=vocab, merges=[]))
     if kind == "char":
-        vocab = {ch: i for i, ch in enumerate(sorted(set(text)))}
-        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
-        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
-        tok.decoder = decoders.Fuse()
-        return tok
+        return char_tokenizer({ch: i for i, ch in enumerate(sorted(set(text)))})
+    if kind == IMPORTED:
+        raise MinigptError(
+            f'[tokenizer] kind = "{IMPORTED}" is the tokenizer an imported model came with, kept as it is and never '
+            f"fitted to a text; choose one of {', '.join(KINDS)} to train a new model"
+        )
     raise MinigptError(f"tokenizer kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
 
 
@@ -108,10 +119,18 @@ class TextTokenizer:
         self.tok = tok
         self.byte_level = isinstance(tok.decoder, decoders.ByteLevel)
         vocab = tok.get_vocab()
-        self.vocab_size = tok.get_vocab_size()
+        # The ids it can write: 0 .. vocab_size - 1. A model may have more rows than this (nanoGPT
+        # pads GPT-2's 50,257 ids to 50,304); those ids are never written (see token_text).
+        self.vocab_size = max(tok.get_vocab_size(), max(vocab.values(), default=-1) + 1)
+        # Added tokens (GPT-2's <|endoftext|>) match the raw text, so they stand for their own
+        # UTF-8 bytes, not for the byte-level alphabet, which they need not be written in.
+        added = set(tok.get_added_tokens_decoder())
         self.pieces: list[bytes] = [b""] * self.vocab_size
         for piece, i in vocab.items():
-            self.pieces[i] = bytes(UNICODE_TO_BYTE[c] for c in piece) if self.byte_level else piece.encode("utf-8")
+            if self.byte_level and i not in added:
+                self.pieces[i] = bytes(UNICODE_TO_BYTE[c] for c in piece)
+            else:
+                self.pieces[i] = piece.encode("utf-8")
         # Characters a char tokenizer knows; None means any text can be encoded.
         self.alphabet = None if self.byte_level else set(vocab)
 
@@ -158,7 +177,10 @@ class TextTokenizer:
 
     def token_text(self, i: int) -> str:
         """One token as readable text; bytes that are only part of a UTF-8 character (a byte-level
-        token can hold a third of an emoji) show as <0xF0>, so different tokens stay distinguishable."""
+        token can hold a third of an emoji) show as <0xF0>, so different tokens stay distinguishable.
+        An id past the tokenizer's (a padded model row, which a trace may rank) shows as <pad ID>."""
+        if i >= self.vocab_size:
+            return f"<pad {i}>"
         return self.pieces[i].decode("utf-8", errors=_HEX_BYTES)
 
     def decode(self, ids: list[int]) -> str:

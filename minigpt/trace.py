@@ -22,6 +22,7 @@ import torch
 
 from .errors import MinigptError, option
 from .interventions import Intervention, replacements
+from .memory import check_memory, forward_bytes
 from .model import MiniGPT, Recorder, check_context, check_token_ids
 from .tokenizer import TextTokenizer
 
@@ -58,6 +59,13 @@ def check_ids(model: MiniGPT, ids: list[int]) -> None:
         raise MinigptError(f"the prompt has no tokens; trace needs at least one: {GIVE_TOKENS}")
     check_context(len(ids), model.context, "the prompt", "shorten the prompt")
     check_token_ids(ids, model.vocab_size)
+    # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
+    check_memory(
+        forward_bytes(model.cfg, model.vocab_size, len(ids), recorded=True),
+        model.token_table.weight.device.type,
+        f"tracing {len(ids)} tokens through this model (every block's stages kept)",
+        "trace a shorter prompt",
+    )
 
 
 def resolve_position(position: int | None, length: int) -> int:

@@ -120,7 +120,7 @@ def test_unknown_activation_lists_the_choices(tmp_path):
     path = write_config(tmp_path, '[model]\nactivation = "tanh"\n')
     message = refusal(path)
     assert "tanh" in message
-    for choice in ("relu", "gelu", "swiglu"):
+    for choice in ("relu", "gelu", "gelu_tanh", "swiglu"):
         assert choice in message
 
 

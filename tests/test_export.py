@@ -79,6 +79,30 @@ def test_post_norm_and_swiglu_are_refused_too():
     assert gpt2_refusal(MiniGPT(ModelConfig(**base), 5)) is None
 
 
+@pytest.mark.parametrize("activation, written", [("gelu", "gelu"), ("gelu_tanh", "gelu_new"), ("relu", "relu")])
+def test_each_gelu_is_exported_under_transformers_name_for_it(tmp_path, activation, written):
+    """transformers' "gelu" is the exact GELU and "gelu_new" GPT-2's tanh approximation: the folder
+    names the one minigpt computed, so transformers computes the same logits."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    from minigpt.export import export_hf
+    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+
+    tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefgh"))
+    torch.manual_seed(0)
+    cfg = ModelConfig(context=6, n_layer=2, n_head=2, n_embd=8, ffn_hidden=16, activation=activation)
+    model = MiniGPT(cfg, tokenizer.vocab_size).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)  # large enough that the two GELUs differ in the logits
+    export_hf(model, tokenizer, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["activation_function"] == written
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()
+    ids = torch.tensor([[0, 3, 1, 7, 2, 5]])
+    with torch.no_grad():
+        assert (theirs(ids).logits - model(ids)[0]).abs().max() <= 1e-5
+
+
 def test_an_existing_output_folder_and_an_unknown_format_are_refused(trained, cli, tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")

@@ -58,7 +58,7 @@ def last_logits(model: MiniGPT, ids: torch.Tensor) -> torch.Tensor:
 # the fold is the same model
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu"])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("tie_embeddings", [False, True])
 def test_folded_logits_match_the_model_up_to_float32_rounding(activation, bias, tie_embeddings):

@@ -81,6 +81,7 @@ def test_a_fine_tune_keeps_the_source_tokenizer_and_model_and_records_its_origin
     import hashlib
 
     assert origin == {
+        "kind": "init_from",
         "run": str(source),
         "checkpoint": "last",
         "sha256": hashlib.sha256((source / "checkpoint.pt").read_bytes()).hexdigest(),

@@ -529,10 +529,15 @@ def test_no_targets_means_no_loss():
     "activation, hidden_fn",
     [
         ("gelu", lambda pre, F_: F.gelu(pre)),
+        # GPT-2's tanh approximation, written out as transformers' gelu_new writes it
+        (
+            "gelu_tanh",
+            lambda pre, F_: 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3))),
+        ),
         ("swiglu", lambda pre, F_: F.silu(pre[..., :F_]) * pre[..., F_:]),
     ],
 )
-def test_gelu_and_swiglu_hidden_widths_and_values(activation, hidden_fn):
+def test_gelu_gelu_tanh_and_swiglu_hidden_widths_and_values(activation, hidden_fn):
     cfg = small_config(activation=activation)
     model = randomised(cfg)
     F_ = cfg.ffn_hidden
@@ -547,8 +552,27 @@ def test_gelu_and_swiglu_hidden_widths_and_values(activation, hidden_fn):
         with torch.no_grad():
             expected = hidden_fn(block.ffn.W1(rec[f"blocks.{i}.norm2"]), F_)
         assert max_diff(hidden, expected) <= 1e-12
-        assert (hidden < 0).any()  # unlike ReLU, both let negative values through
+        assert (hidden < 0).any()  # unlike ReLU, all three let negative values through
     assert max_diff(fast(model, random_ids(2, 5)), logits) <= 1e-12
+
+
+def test_gelu_tanh_is_gpt2_s_approximation_and_not_the_exact_gelu():
+    """GPT-2's GELU (transformers' gelu_new) is the tanh approximation; at x = 1 it is 0.841192 where
+    the exact one, x Phi(x), is 0.841345: two activations, told apart by name."""
+    x = torch.tensor([-2.0, -1.0, 0.5, 1.0, 3.0], dtype=torch.float64)
+    exact = [v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x.tolist()]
+    tanh = [0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))) for v in x.tolist()]
+    for name, expected in (("gelu", exact), ("gelu_tanh", tanh)):
+        ffn = MiniGPT(small_config(activation=name), VOCAB).blocks[0].ffn
+        with torch.no_grad():
+            ffn.W1.weight.zero_()
+            ffn.W1.weight[: len(x), 0] = x  # hidden unit j sees x_j when the input is e_0
+            ffn.W1.bias.zero_()
+            e0 = torch.zeros(1, SMALL["n_embd"], dtype=torch.float64)
+            e0[0, 0] = 1.0
+            got = ffn.hidden(e0)[0, : len(x)].tolist()
+        assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-15
+    assert abs(tanh[3] - 0.8411919906082768) <= 1e-15 and abs(exact[3] - 0.8413447460685429) <= 1e-15
 
 
 def test_tie_embeddings_shares_one_tensor_between_token_table_and_head():

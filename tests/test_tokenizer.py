@@ -162,3 +162,35 @@ def test_a_text_encoded_in_pieces_gives_the_ids_of_the_whole(tmp_path):
     ids = data._encode(tokenizer, text, seen.append)
     assert ids.dtype == np.uint16 and ids.tolist() == tokenizer.encode(text)
     assert sum(seen) == len(text)
+
+
+def test_an_added_token_stands_for_its_own_text_in_a_byte_level_tokenizer():
+    """GPT-2's <|endoftext|> is an added special token, and an added token need not be written in
+    the byte-level alphabet (a space, an é): each decodes to its own UTF-8 text, and no text before
+    or after it changes."""
+    from tokenizers import AddedToken
+
+    tok = train_tokenizer("bpe", 300, TEXT)
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    tok.add_tokens([AddedToken(" zzz é", special=False)])
+    text = TextTokenizer(tok)
+    assert text.vocab_size == tok.get_vocab_size() == 302
+    eot, other = tok.token_to_id("<|endoftext|>"), tok.token_to_id(" zzz é")
+    assert (text.token_text(eot), text.token_text(other)) == ("<|endoftext|>", " zzz é")
+    ids = text.encode("Before<|endoftext|>we zzz é speak")
+    assert eot in ids and other in ids
+    assert text.decode(ids) == "Before<|endoftext|>we zzz é speak"
+
+
+def test_an_id_past_the_tokenizer_s_shows_as_padding():
+    """A padded model (nanoGPT: 50,304 rows for 50,257 ids) ranks rows no text encodes to; a trace
+    shows them as <pad ID>, distinct from every real token."""
+    tok = fitted("char")
+    assert tok.token_text(tok.vocab_size) == f"<pad {tok.vocab_size}>"
+    assert tok.token_text(tok.vocab_size + 6) == f"<pad {tok.vocab_size + 6}>"
+    assert tok.token_text(tok.vocab_size - 1) != f"<pad {tok.vocab_size - 1}>"
+
+
+def test_imported_is_a_kind_no_text_is_fitted_to():
+    with pytest.raises(MinigptError, match='kind = "imported" is the tokenizer an imported model came with'):
+        train_tokenizer("imported", 300, TEXT)

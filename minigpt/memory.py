@@ -1,0 +1,70 @@
+"""How many bytes a model needs to be read and run, checked against what the device has before
+anything is allocated: a model too large for the machine is refused in one line, instead of the
+process being killed half-way through loading it (GPT-2 small is 500 MB of float32 parameters).
+
+The counts are worked out from the [model] section alone, so no tensor is built to count them.
+`training_bytes` in train.py estimates the other use of a model, training it.
+"""
+
+from __future__ import annotations
+
+from .config import ModelConfig
+from .device import available_memory
+from .errors import MinigptError
+
+DTYPE_BYTES = {"float32": 4, "float64": 8}
+MARGIN = 64 << 20  # the interpreter, torch's own buffers, the tokenizer: a fixed allowance
+
+
+def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:
+    """MiniGPT(cfg, vocab_size).num_parameters(), from the shapes model.py gives each layer."""
+    C, F = cfg.n_embd, cfg.ffn_hidden
+    bias = 1 if cfg.bias else 0
+    norm = C + (C * bias if cfg.norm == "layernorm" else 0)  # RMSNorm has no bias
+    widen = 2 if cfg.activation == "swiglu" else 1  # W1 holds the gate and the value
+    block = (
+        2 * norm
+        + 3 * C * C
+        + 3 * C * bias  # W_Q | W_K | W_V
+        + C * C
+        + C * bias  # W_O
+        + widen * F * C
+        + widen * F * bias  # W1
+        + F * C
+        + C * bias  # W2
+    )
+    head = 0 if cfg.tie_embeddings else vocab_size * C
+    return vocab_size * C + cfg.context * C + cfg.n_layer * block + norm + head
+
+
+def forward_bytes(cfg: ModelConfig, vocab_size: int, positions: int, batch: int = 1, recorded: bool = False) -> int:
+    """About what one forward pass over `positions` positions holds at once: per block and
+    position the width-sized rows (stream, norms, q, k, v, attention, residuals) and the FFN's
+    hidden rows, the attention scores and weights; the logits and their softmax. `recorded` (a
+    trace): every block's stages are kept to the end, not only the current block's."""
+    C, F = cfg.n_embd, cfg.ffn_hidden
+    widen = 2 if cfg.activation == "swiglu" else 1
+    per_block = 12 * C + (widen + 1) * F + 2 * cfg.n_head * positions
+    blocks = cfg.n_layer if recorded else 1
+    return batch * positions * (blocks * per_block + 2 * vocab_size) * DTYPE_BYTES[cfg.dtype]
+
+
+def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
+    """About what loading a model and sampling one sample from it holds: the parameters twice (the
+    model, and the checkpoint's tensors it is copied from), a KV cache through the whole position
+    table, one position's forward pass, and the fixed margin."""
+    width = DTYPE_BYTES[cfg.dtype]
+    cache = 2 * cfg.n_layer * cfg.context * cfg.n_embd * width
+    return 2 * parameter_count(cfg, vocab_size) * width + cache + forward_bytes(cfg, vocab_size, 1) + MARGIN
+
+
+def check_memory(needed: int, device: str, what: str, advice: str) -> None:
+    """Refuse `what` (a phrase: "loading this model and sampling from it") when `device` has less
+    than `needed` bytes available; say nothing where the free memory cannot be read."""
+    available = available_memory(device)
+    if available is not None and needed > available:
+        raise MinigptError(f"{what} needs about {_gib(needed)} but {device} has {_gib(available)} available; {advice}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
