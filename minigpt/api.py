@@ -304,4 +304,4 @@ class Run:
                 f"text to score {data} has {len(ids)} token(s); scoring needs at least two "
                 f"(the first token has no prediction)"
             )
-        return score(self.model, ids, len(text.encode("utf-8")))
+        return score(self.model, ids, len(text.encode("utf-8")), writable=self.tokenizer.vocab_size)

@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 
 from . import __version__
-from .commands.options import COMMANDS, Options, annotations
+from .commands.options import COMMANDS, GROUPS, Options, annotations
 
 app = typer.Typer(
     add_completion=False,
@@ -48,8 +48,9 @@ def root(
 
 
 def add_command(name: str, options: type[Options], module: str) -> None:
-    """The command `name`: its parameters are the fields of `options` (Typer reads them from the
-    signature given here); when it runs, minigpt.commands.<module>.main gets them as one `options`."""
+    """The command `name` ("train", or "import hf" under the group "import"): its parameters are the
+    fields of `options` (Typer reads them from the signature given here); when it runs,
+    minigpt.commands.<module>.main gets them as one `options`."""
     hints = annotations(options)
     parameters = [
         inspect.Parameter(
@@ -67,8 +68,19 @@ def add_command(name: str, options: type[Options], module: str) -> None:
     run.__signature__ = inspect.Signature(parameters)
     run.__annotations__ = {p.name: p.annotation for p in parameters}
     run.__doc__ = _paragraphs(options.__doc__ or "")
-    run.__name__ = name
-    app.command(name=name)(run)
+    *group, command = name.split()
+    run.__name__ = command
+    (_group(group[0]) if group else app).command(name=command)(run)
+
+
+_groups: dict[str, typer.Typer] = {}
+
+
+def _group(name: str) -> typer.Typer:
+    if name not in _groups:
+        _groups[name] = typer.Typer(no_args_is_help=True, help=GROUPS[name])
+        app.add_typer(_groups[name], name=name)
+    return _groups[name]
 
 
 def _paragraphs(text: str) -> str:

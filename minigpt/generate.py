@@ -107,8 +107,10 @@ class Generation:
         use_cache: bool,
         slide: bool,
         fast_path: bool = True,
+        writable: int | None = None,
     ):
         self.model, self.prompt = model, prompt
+        self.writable = writable  # ids 0 .. writable - 1 only: a padded model's extra rows are never drawn
         self.max_new_tokens = max_new_tokens
         self.temperature, self.top_k, self.top_p, self.greedy = temperature, top_k, top_p, greedy
         self.generator, self.use_cache, self.slide = generator, use_cache, slide
@@ -145,6 +147,8 @@ class Generation:
                 else:
                     cache = None  # past the table every position moves: recompute the last `context`
                     logits = self._recompute(text[:, max(0, length - context) : length])
+                if self.writable is not None:
+                    logits = logits[:, : self.writable]
                 probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
                 tokens = choose(logits, probs, self.greedy, self.generator)
                 chosen = probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
@@ -168,6 +172,7 @@ def generate(
     use_cache: bool = True,
     slide: bool = True,
     fast_path: bool = True,
+    writable: int | None = None,
 ) -> Generation:
     """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) for up to `max_new_tokens` tokens, as
     `num_samples` rows of one batch (a [T] prompt is repeated; a [B, T] one is taken as it is).
@@ -175,7 +180,10 @@ def generate(
     `generator` (on the model's device) makes sampling reproducible without touching the global RNG.
     `use_cache=False` recomputes the whole window every step: the reference the KV cache must match.
     `fast_path=False` makes every full recompute call the model itself instead of the folded model.
-    The model should be in eval mode (dropout would make every run differ).
+    `writable`: how many ids the tokenizer can write, when the model has more rows than that
+    (nanoGPT pads GPT-2's 50,257 ids to 50,304 rows): only those ids are ever drawn, the
+    distribution normalised over them. The model should be in eval mode (dropout would make every
+    run differ).
     """
     device = next(model.parameters()).device
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
@@ -205,6 +213,7 @@ def generate(
         use_cache,
         slide,
         fast_path,
+        writable=writable if writable is not None and writable < model.vocab_size else None,
     )
 
 
@@ -325,6 +334,7 @@ def complete(
         num_samples=s.num_samples,
         use_cache=use_cache,
         slide=s.slide,
+        writable=tokenizer.vocab_size,
     )
     samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
     stream = on_text if s.num_samples == 1 else None

@@ -3,7 +3,7 @@ anything is allocated: a model too large for the machine is refused in one line,
 process being killed half-way through loading it (GPT-2 small is 500 MB of float32 parameters).
 
 The counts are worked out from the [model] section alone, so no tensor is built to count them.
-`training_bytes` in train.py estimates the other use of a model, training it.
+`training_bytes` estimates the other use of a model, training it.
 """
 
 from __future__ import annotations
@@ -56,6 +56,18 @@ def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
     width = DTYPE_BYTES[cfg.dtype]
     cache = 2 * cfg.n_layer * cfg.context * cfg.n_embd * width
     return 2 * parameter_count(cfg, vocab_size) * width + cache + forward_bytes(cfg, vocab_size, 1) + MARGIN
+
+
+def training_bytes(cfg: ModelConfig, vocab_size: int, batch_size: int, optimizer: str) -> int:
+    """About what training holds at once: parameters, gradients and optimizer state (two AdamW
+    moments, or one Muon momentum for the blocks' matrices and two for the rest), and one
+    micro-batch's activations kept for the backward pass (per block and position: about 12
+    width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over)."""
+    width = DTYPE_BYTES[cfg.dtype]
+    state = 2 if optimizer == "adamw" else 1.5
+    hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
+    per_position = cfg.n_layer * (12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context) + 3 * vocab_size
+    return int(parameter_count(cfg, vocab_size) * width * (2 + state) + batch_size * cfg.context * per_position * width)
 
 
 def check_memory(needed: int, device: str, what: str, advice: str) -> None:

@@ -66,3 +66,13 @@ def characters(label: str, total: int) -> Iterator[Callable[[int], None]]:
 
     with tqdm(total=total, desc=label, unit="char", unit_scale=True, dynamic_ncols=True, leave=False) as bar:
         yield bar.update
+
+
+@contextmanager
+def task(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A bar for any slow step (reading a large checkpoint, converting its tensors): shown only once
+    the step has taken more than a moment, and gone when it is done."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc=label, unit_scale=True, dynamic_ncols=True, leave=False, delay=1.0) as bar:
+        yield bar.update

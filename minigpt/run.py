@@ -471,8 +471,9 @@ class BestKeeper(Listener):
     """best.pt: the model's weights whenever the validation loss improves on the best so far (the
     best survives a resume: it is read back from the file)."""
 
-    def __init__(self, run_dir: Path, cfg: Config, model: MiniGPT):
+    def __init__(self, run_dir: Path, cfg: Config, model: MiniGPT, tokenizer_size: int | None = None):
         self.path, self.cfg, self.model = Path(run_dir) / BEST_FILE, cfg, model
+        self.tokenizer_size = tokenizer_size  # a padded model's writable ids (see state_payload)
         self.best = math.inf
         if self.path.is_file():
             try:
@@ -483,7 +484,7 @@ class BestKeeper(Listener):
     def on_eval(self, event: EvalDone) -> None:
         if event.val_loss < self.best:
             self.best = event.val_loss
-            payload = model_payload(self.cfg, self.model)
+            payload = model_payload(self.cfg, self.model, self.tokenizer_size)
             payload.update(step=event.step, val_loss=event.val_loss, val_bpb=event.val_bpb)
             save_checkpoint(self.path, payload)
 

@@ -56,8 +56,10 @@ def windows(n_tokens: int, context: int) -> list[tuple[int, int, int]]:
 
 
 @torch.inference_mode()
-def score(model: MiniGPT, ids: list[int], text_bytes: int, batch_size: int = 64) -> Scores:
-    """The surprisal of every token after the first, in nats (float32 or the model's dtype)."""
+def score(model: MiniGPT, ids: list[int], text_bytes: int, batch_size: int = 64, writable: int | None = None) -> Scores:
+    """The surprisal of every token after the first, in nats (float32 or the model's dtype), under
+    the distribution sampling draws from: over the ids the tokenizer can write (`writable`, when a
+    padded model has more rows than that)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -74,7 +76,7 @@ def score(model: MiniGPT, ids: list[int], text_bytes: int, batch_size: int = 64)
                 [F.pad(text[start : end - 1], (0, width - (end - 1 - start))) for start, _, end in group]
             )
             logits, _ = model(batch)
-            nats = -torch.log_softmax(logits.double(), dim=-1)
+            nats = -torch.log_softmax(logits[..., :writable].double(), dim=-1)
             for row, (start, first, end) in enumerate(group):
                 targets = text[first:end]
                 positions = torch.arange(first - 1 - start, end - 1 - start, device=device)

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import distributed
+from . import distributed, memory
 from . import run as run_folder
 from .config import Config, ModelConfig, TokenizerConfig
 from .data import Batches, Corpus, load_corpus
-from .device import available_memory, check_dtype, pick_device, pick_precision, use_threads
+from .device import check_dtype, pick_device, pick_precision, use_threads
 from .distributed import RankLost, World
 from .errors import MinigptError, option
 from .model import MiniGPT, check_context
@@ -149,7 +149,7 @@ class Session:
 
     def checkpoint(self, step: int) -> dict[str, Any]:
         """What a checkpoint at `step` holds: enough to continue bitwise where it stopped."""
-        state = run_folder.model_payload(self.cfg, self.model)
+        state = run_folder.model_payload(self.cfg, self.model, tokenizer_size=self.corpus.tokenizer.vocab_size)
         state.update(
             optimizer=self.optimizer.state_dict(),
             step=step,
@@ -192,7 +192,7 @@ def build(
     or starting from `weights` (a fine-tune's: the model's state, with a fresh optimizer)."""
     tc = cfg.train
     torch.manual_seed(tc.seed)
-    model = MiniGPT(cfg.model, corpus.tokenizer.vocab_size).to(device)
+    model = MiniGPT(cfg.model, model_rows(corpus, payload, weights)).to(device)
     if weights is not None:
         model.load_state_dict(weights)
     optimizer = make_optimizer(model, tc)
@@ -391,7 +391,7 @@ def _build_checked(
     check_dtype(device, cfg.model.dtype)
     if world.distributed and device.startswith("cuda"):
         torch.cuda.set_device(device)  # NCCL talks to each rank's own GPU
-    check_memory(cfg, corpus.tokenizer.vocab_size, device)
+    check_memory(cfg, model_rows(corpus, payload, weights), device)
     use_threads(cfg.train.threads)
     return build(cfg, corpus, device, payload, world, weights=weights)
 
@@ -438,36 +438,24 @@ def _open_folder(session: Session, lock: run_folder.RunLock, force: bool) -> Non
     run_folder.create(run_dir, force, session.cfg, session.corpus.tokenizer, session.checkpoint(0))
 
 
-def training_bytes(cfg: Config, vocab_size: int) -> int:
-    """About what training holds at once: parameters, gradients and optimizer state (two AdamW
-    moments, or one Muon momentum), and one micro-batch's activations kept for the backward pass
-    (per block and position: about 12 width-sized rows, 3 FFN-sized ones, the attention weights;
-    then the logits three times over)."""
-    m, tc = cfg.model, cfg.train
-    with torch.device("meta"):  # counts the parameters without allocating them
-        parameters = MiniGPT(m, vocab_size).num_parameters()
-    width = DTYPE_BYTES[m.dtype]
-    state = 2 if tc.optimizer == "adamw" else 1.5  # Muon's matrices keep one buffer, AdamW's rest two
-    hidden = m.ffn_hidden * (5 if m.activation == "swiglu" else 3)
-    per_position = m.n_layer * (12 * m.n_embd + hidden + 2 * m.n_head * m.context) + 3 * vocab_size
-    return int(parameters * width * (2 + state) + tc.batch_size * m.context * per_position * width)
-
-
-DTYPE_BYTES = {"float32": 4, "float64": 8}
+def model_rows(corpus: Corpus, payload: dict[str, Any] | None, weights: dict[str, torch.Tensor] | None) -> int:
+    """The rows of the token table and head: the tokenizer's ids, unless the weights a run starts
+    from (or resumes) have more (a padded vocabulary: nanoGPT's 50,304 rows for GPT-2's 50,257 ids)."""
+    if payload is not None:
+        return payload["vocab_size"]
+    if weights is not None:
+        return weights["token_table.weight"].shape[0]
+    return corpus.tokenizer.vocab_size
 
 
 def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
-    """Refuse a model that cannot fit before any of it is allocated."""
-    available = available_memory(device)
-    if available is None:
-        return
-    needed = training_bytes(cfg, vocab_size)
-    if needed > available:
-        raise MinigptError(
-            f"this model needs about {needed / 2**30:,.1f} GiB to train (parameters, gradients, optimizer "
-            f"state and one batch's activations) but {device} has {available / 2**30:,.1f} GiB available; "
-            f"make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller"
-        )
+    """Refuse a model that cannot be trained here before any of it is allocated."""
+    memory.check_memory(
+        memory.training_bytes(cfg.model, vocab_size, cfg.train.batch_size, cfg.train.optimizer),
+        device,
+        "training this model (parameters, gradients, optimizer state and one batch's activations)",
+        "make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller",
+    )
 
 
 # ---------------------------------------------------------------- random state

@@ -111,7 +111,14 @@ class Sampler(Listener):
         generator = torch.Generator(device=s.device).manual_seed(s.cfg.train.seed + event.step)
         s.model.eval()
         try:
-            steps = generate(s.model, self.prompt, self.tokens, temperature=1.0, generator=generator)
+            steps = generate(
+                s.model,
+                self.prompt,
+                self.tokens,
+                temperature=1.0,
+                generator=generator,
+                writable=s.corpus.tokenizer.vocab_size,
+            )
             ids = [int(step.tokens[0]) for step in steps]
         finally:
             s.model.train()
@@ -136,7 +143,7 @@ def run_folder_listeners(
         if show_sample is not None:
             show_sample(step, text)
 
-    best = run_folder.BestKeeper(run_dir, session.cfg, session.model)
+    best = run_folder.BestKeeper(run_dir, session.cfg, session.model, session.corpus.tokenizer.vocab_size)
     return [metrics, saver, best, Sampler(session, sampled)]
 
 

@@ -151,7 +151,9 @@ def test_a_model_larger_than_memory_is_refused_before_allocation(cli, tiny_confi
         ),
         2,
     )
-    assert re.search(r"this model needs about [\d,.]+ GiB to train .* but cpu has [\d,.]+ GiB available", line), line
+    assert re.search(
+        r"training this model \(parameters, .*\) needs about [\d,.]+ GiB but cpu has [\d,.]+ GiB available", line
+    ), line
     assert not run.exists() and not list(tmp_path.glob(".*.lock"))
 
 

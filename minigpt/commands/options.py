@@ -322,7 +322,41 @@ class ExploreOptions(Options):
     checkpoint: CheckpointOption = "last"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ImportHfOptions(Options):
+    """Import a Hugging Face GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, and
+    tokenizer.json or vocab.json + merges.txt) as a run folder every command reads."""
+
+    folder: Annotated[Path, typer.Argument(help="The GPT-2 folder (as save_pretrained writes it).")]
+    out: Annotated[Path, typer.Option("--out", help="Run folder to write.")]
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="Keep the position table's first N rows (default: all of them)."),
+    ] = None
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportNanogptOptions(Options):
+    """Import a nanoGPT checkpoint (ckpt.pt) with its tokenizer as a run folder every command reads."""
+
+    path: Annotated[Path, typer.Argument(help="nanoGPT's ckpt.pt, or the out folder holding it.")]
+    out: Annotated[Path, typer.Option("--out", help="Run folder to write.")]
+    meta: Annotated[
+        Path | None, typer.Option("--meta", help="The char-level dataset's meta.pkl (data/DATASET/meta.pkl).")
+    ] = None
+    tokenizer: Annotated[
+        Path | None, typer.Option("--tokenizer", help="A GPT-2 tokenizer folder, for nanoGPT's BPE checkpoints.")
+    ] = None
+    context: Annotated[
+        int | None,
+        typer.Option("--context", help="Keep the position table's first N rows (default: all of them)."),
+    ] = None
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
+
+
 # The command line: each command's name, its options, and the module in minigpt/commands/ that runs it.
+# A name of two words is a subcommand ("import hf"): the first word groups them.
 COMMANDS: dict[str, tuple[type[Options], str]] = {
     "train": (TrainOptions, "train"),
     "sample": (SampleOptions, "sample"),
@@ -331,4 +365,9 @@ COMMANDS: dict[str, tuple[type[Options], str]] = {
     "export": (ExportOptions, "export"),
     "plot": (PlotOptions, "plot"),
     "explore": (ExploreOptions, "explore"),
+    "import hf": (ImportHfOptions, "imports"),
+    "import nanogpt": (ImportNanogptOptions, "imports"),
+}
+GROUPS = {
+    "import": "Bring a model from elsewhere into a run folder: a Hugging Face GPT-2 folder, or a nanoGPT checkpoint."
 }
