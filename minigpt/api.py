@@ -38,7 +38,7 @@ from .session import Session, TrainingSession
 from .tokenizer import TextTokenizer
 from .trace import Comparison, Trace, parse_ids, prompt_ids, trace_position
 from .trace import compare as compare_passes
-from .train import CheckpointSaver, DivergedError, Trainer, TrainResult, WriteFailed, run_folder_listeners
+from .trainer import CheckpointSaver, DivergedError, Trainer, TrainResult, WriteFailed, run_folder_listeners
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
 SAMPLE_SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "greedy", "seed", "num_samples", "stop", "slide")
@@ -77,7 +77,12 @@ def train(
                 f"{option('resume')} and {option('force')} contradict each other; {option('resume')} continues a "
                 f"run, {option('force')} replaces it"
             )
-        return load_config(config, overrides(set), flags)
+        cfg = load_config(config, overrides(set), flags)
+        if cfg.train.tensorboard:
+            from .tensorboard import require
+
+            require()  # before anything is written
+        return cfg
 
     keep_freed_memory()  # fewer fresh pages per step: see device.py
     session = TrainingSession(

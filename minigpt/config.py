@@ -142,6 +142,9 @@ class TrainConfig:
         "sampling a single sample and for trace)",
         minimum=0,
     )
+    tensorboard: bool = _spec(
+        False, "also write the logged values as TensorBoard event files in the run folder (the tensorboard extra)"
+    )
     sample_every: int = _spec(
         0, "steps between short samples printed during training and kept in metrics.jsonl (0 = off)", minimum=0
     )

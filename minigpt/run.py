@@ -126,6 +126,7 @@ _NOT_IDENTITY = {
         "sample_every",
         "sample_prompt",
         "sample_tokens",
+        "tensorboard",
         # A fine-tune is identified by its weights, not by where they were read: the source's sha256
         # is in its checkpoint, and the path may change.
         "init_from",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -150,10 +150,26 @@ class Trace:
     next_tokens: list[Candidate]
     interventions: list[str] = field(default_factory=list)  # as applied; in the JSON only when any
     probabilities: list[float] = field(default_factory=list, repr=False)  # the whole next-token distribution
+    # Every stage the pass recorded, whole ([1, T, ...]), by full name: what `stage` reads; not in JSON.
+    recorded: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
+        """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
+        "residual1", "attention_weights", ..., or with block None the model's "input", "final_norm"
+        and "logits"; the row at the traced position, or at `position` (`whole` gives them all)."""
+        return self.whole(block, name)[self.position if position is None else position]
+
+    def whole(self, block: int | None, name: str) -> torch.Tensor:
+        """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights."""
+        key = name if block is None else f"blocks.{block}.{name}"
+        if key not in self.recorded:
+            known = ", ".join(k for k in self.recorded if block is None or k.startswith(f"blocks.{block}."))
+            raise MinigptError(f"the trace has no stage {key!r}; it recorded: {known or 'no such block'}")
+        return self.recorded[key][0]
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        del out["probabilities"]
+        out = asdict(replace(self, recorded={}))
+        del out["probabilities"], out["recorded"]
         for block in out["blocks"]:
             del block["full_attention"]
         if not self.interventions:
@@ -270,6 +286,7 @@ def trace_position(
         next_tokens=_ranked(tokenizer, recorder["logits"][0, p], top),
         interventions=[str(item) for item in interventions],
         probabilities=torch.softmax(recorder["logits"][0, p].double(), dim=-1).tolist(),
+        recorded=dict(recorder.stages),
     )
 
 

@@ -49,7 +49,7 @@ from minigpt.data import load_corpus  # noqa: E402
 from minigpt.generate import generate  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.session import build  # noqa: E402
-from minigpt.train import Trainer  # noqa: E402
+from minigpt.trainer import Trainer  # noqa: E402
 
 # The comparison shape of issue 9 (nanoGPT's README in shared/anchors/nanogpt uses the same).
 SHAPE = [
@@ -291,7 +291,7 @@ t0 = time.time()
 from minigpt.config import load_config
 from minigpt.data import load_corpus
 from minigpt.session import build
-from minigpt.train import Trainer
+from minigpt.trainer import Trainer
 cfg = load_config(None, ["train.data=" + json.dumps(sys.argv[1]), "train.batch_size=64"])
 imported = time.time()
 corpus = load_corpus(cfg)

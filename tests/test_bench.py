@@ -13,7 +13,7 @@ from minigpt.config import load_config
 from minigpt.data import load_corpus
 from minigpt.model import MiniGPT
 from minigpt.tokenizer import TextTokenizer, train_tokenizer
-from minigpt.train import Trainer
+from minigpt.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

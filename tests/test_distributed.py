@@ -34,7 +34,7 @@ import os, sys, time
 import torch
 import minigpt.data as data
 import minigpt.session as sessions
-import minigpt.train as train
+import minigpt.trainer as train
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 rank, out, pace = os.environ["RANK"], os.environ["WORKER_OUT"], float(os.environ.get("WORKER_PACE", "0"))

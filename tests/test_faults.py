@@ -208,7 +208,7 @@ def test_a_full_disk_on_the_metrics_log_stops_with_one_line(cli, tiny_config, tm
 
 BROKEN = (
     "import sys\n"
-    "import minigpt.train as train\n"
+    "import minigpt.trainer as train\n"
     "train.Trainer.train_step = lambda self: 1 / 0\n"
     "from minigpt.cli import main\n"
     "sys.argv[0] = 'minigpt'\n"
@@ -254,7 +254,7 @@ def test_an_unexpected_error_is_one_line_unless_debug_asks_for_the_traceback(tin
 # checkpoint write, so the test can kill it right there. The pauses change no number.
 ANNOUNCED = (
     "import sys, time\n"
-    "import minigpt.data as data, minigpt.train as train, minigpt.run as run\n"
+    "import minigpt.data as data, minigpt.trainer as train, minigpt.run as run\n"
     "moment = sys.argv.pop(1)\n"
     "def announce(name):\n"
     "    if name == moment:\n"

@@ -15,7 +15,7 @@ from minigpt.config import load_config
 from minigpt.events import Listener, StepDone
 from minigpt.run import load_model
 from minigpt.session import TrainingSession
-from minigpt.train import CheckpointSaver, Trainer, evaluate
+from minigpt.trainer import CheckpointSaver, Trainer, evaluate
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ LIBRARY = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in ("cli", "__mai
 # What each library module may import from the package. Anything not listed is a new arrow in the
 # graph: add it here only if it keeps the graph one-way.
 ALLOWED = {
-    "__init__": set(),
+    "__init__": {"api", "errors"},  # api lazily: `import minigpt` loads no torch
     "errors": set(),
     "io": set(),
     "events": set(),
@@ -51,7 +51,8 @@ ALLOWED = {
         "run",
         "tokenizer",
     },
-    "train": {"device", "distributed", "errors", "events", "generate", "model", "run", "session"},
+    "tensorboard": {"errors", "events"},
+    "trainer": {"device", "distributed", "errors", "events", "generate", "model", "run", "session", "tensorboard"},
     "progress": {"events"},
     "api": {
         "config",
@@ -67,9 +68,10 @@ ALLOWED = {
         "run",
         "scoring",
         "session",
+        "tensorboard",
         "tokenizer",
         "trace",
-        "train",
+        "trainer",
     },
 }
 
@@ -114,7 +116,7 @@ def test_the_allowed_graph_has_no_cycle():
 
 def test_model_sits_above_config_only():
     assert package_imports(PACKAGE / "model.py") == {"config", "errors"}
-    assert "model" in package_imports(PACKAGE / "train.py")
+    assert "model" in package_imports(PACKAGE / "trainer.py")
     assert "model" in package_imports(PACKAGE / "generate.py")
     assert "model" in package_imports(PACKAGE / "trace.py")
 

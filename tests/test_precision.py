@@ -12,7 +12,7 @@ from minigpt.data import load_corpus
 from minigpt.device import pick_precision
 from minigpt.errors import MinigptError
 from minigpt.session import build
-from minigpt.train import Trainer, evaluate
+from minigpt.trainer import Trainer, evaluate
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ from minigpt import run as ckpt
 from minigpt.config import TrainConfig, load_config
 from minigpt.model import MiniGPT
 from minigpt.optimizers import make_optimizer
-from minigpt.train import learning_rate
+from minigpt.trainer import learning_rate
 
 RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
@@ -566,7 +566,7 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
 def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_config):
     from minigpt.data import load_corpus
     from minigpt.session import build
-    from minigpt.train import Trainer
+    from minigpt.trainer import Trainer
 
     cfg = load_config(tiny_config, ['train.optimizer="muon"', "train.steps=12"])
     corpus = load_corpus(cfg)

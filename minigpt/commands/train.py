@@ -22,7 +22,7 @@ from .. import api, distributed
 from ..distributed import RankLost, RefusedElsewhere
 from ..errors import MinigptError
 from ..run import read_metrics
-from ..train import DivergedError, WriteFailed, estimate_seconds
+from ..trainer import DivergedError, WriteFailed, estimate_seconds
 from .common import command_line, say, shown_path, user_errors
 from .options import TrainOptions
 

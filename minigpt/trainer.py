@@ -138,13 +138,21 @@ def run_folder_listeners(
         run_dir / run_folder.METRICS_FILE, tc.log_interval, keep_through_step=session.step if session.resumed else None
     )
 
+    curves = []
+    if tc.tensorboard:
+        from .tensorboard import TensorBoardLog
+
+        curves = [TensorBoardLog(run_dir, tc.log_interval, resumed_at=session.step if session.resumed else None)]
+
     def sampled(step: int, text: str) -> None:
         metrics.write({"step": step, "sample": text})
+        for log in curves:
+            log.sample(step, text)
         if show_sample is not None:
             show_sample(step, text)
 
     best = run_folder.BestKeeper(run_dir, session.cfg, session.model, session.corpus.tokenizer.vocab_size)
-    return [metrics, saver, best, Sampler(session, sampled)]
+    return [metrics, *curves, saver, best, Sampler(session, sampled)]
 
 
 @dataclass
