@@ -5,6 +5,7 @@ the Figure, so callers (and tests) can inspect its panels before saving it."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ def _pyplot():
     try:
         import matplotlib
 
-        matplotlib.use("Agg")  # files only: no window, no display needed
+        if "ipykernel" not in sys.modules:  # a notebook draws figures inline; elsewhere, files only
+            matplotlib.use("Agg")  # no window, no display needed
         import matplotlib.pyplot as plt
     except ImportError:
         raise MinigptError(f"plotting needs matplotlib, which is not installed; {EXTRA}") from None
