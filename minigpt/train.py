@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import distributed
+from . import distributed, failpoints
 from . import run as run_folder
 from .config import Config
 from .data import Batches, Corpus, load_corpus
@@ -134,6 +134,7 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float, world: World
     """Mean next-token loss over the fixed validation windows, in nats per token and bits per byte
     (nats/token x tokens/byte / ln 2: comparable across tokenizers). Under torchrun each rank scores
     its rows of every window and the ranks' means are averaged: the one-process figure."""
+    failpoints.reach("eval")
     was_training = model.training
     model.eval()
     total = distributed.mean(world, sum(model(x, y)[1].item() for x, y in windows) / len(windows))
@@ -539,6 +540,7 @@ class Trainer:
             torch.manual_seed((tc.seed * 1_000_003 + s.step) * 8_191 + s.world.rank)
         for micro in range(tc.grad_accum):
             x, y = s.train_batches.sample(s.generator)
+            failpoints.reach("batch")
             # Ranks exchange gradients once a step: not on the micro-steps before the last.
             quiet = forward.no_sync() if s.world.distributed and micro < tc.grad_accum - 1 else nullcontext()
             with quiet:
