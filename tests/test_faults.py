@@ -62,7 +62,7 @@ def test_a_diverging_run_stops_keeps_its_last_good_checkpoint_and_says_what_to_t
     line = one_line(cli(*args), 1)
     found = re.search(
         r"step (\d+)'s loss or gradient is not finite .* the last good checkpoint \(step (\d+)\) "
-        r"is intact in (\S+)\. Lower train.learning_rate or set train.grad_clip",
+        r"is intact in (.+?)\. Lower train.learning_rate or set train.grad_clip",
         line,
     )
     assert found, line
