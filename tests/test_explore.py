@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real server process, trace's command line beside it, a browser
+
 REPO = Path(__file__).resolve().parents[1]
 LESSON_RUN = REPO / "data" / "lesson09"
 
@@ -135,7 +137,6 @@ def chips(page) -> list[str]:
     return [chip.text for chip in page.find_elements(By.CSS_SELECTOR, "#tokens .chip")]
 
 
-@pytest.mark.slow
 def test_in_a_browser_the_attention_slider_shows_what_trace_compare_prints(server):
     """Each step waits for the page to show that step's own answer, never for something an earlier
     answer could already show: the page first traces its default prompt, "abc", also three chips,
