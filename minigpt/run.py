@@ -54,6 +54,7 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     # in its archive, while a plain write says OSError "No space left on device".
     buffer = io.BytesIO()
     torch.save(payload, buffer)
+    # The failpoint lets a test kill or fail the write here: the temporary file written, not yet renamed.
     atomic_write(path, lambda f: (f.write(buffer.getbuffer()), failpoints.reach("checkpoint-write")), binary=True)
 
 
