@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import failpoints
 from .config import Config
 from .errors import MinigptError, option
 from .io import atomic_write, atomic_write_text
@@ -159,6 +160,7 @@ def load_corpus(
     else:
         given = tokenizer is not None
         if not given:
+            failpoints.reach("tokenizer-fit")
             with progress(f"fitting the {cfg.tokenizer.kind} tokenizer", len(train_text)) as advance:
                 tokenizer = TextTokenizer(
                     train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text, advance)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from . import failpoints
 from .config import Config, ModelConfig, load_config, model_config_from, model_section_differences
 from .device import check_dtype
 from .errors import MinigptError, option
@@ -55,7 +56,8 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     # in its archive, while a plain write says OSError "No space left on device".
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    atomic_write(path, lambda f: f.write(buffer.getbuffer()), binary=True)
+    # The failpoint lets a test kill or fail the write here: the temporary file written, not yet renamed.
+    atomic_write(path, lambda f: (f.write(buffer.getbuffer()), failpoints.reach("checkpoint-write")), binary=True)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -435,6 +437,7 @@ class MetricsLog(Listener):
     resumed run logs those steps again."""
 
     def __init__(self, path: Path, log_interval: int, keep_through_step: int | None = None):
+        failpoints.reach("metrics-open")
         self.path, self.log_interval = Path(path), log_interval
         if keep_through_step is not None and self.path.exists():
             kept = [record for record in metrics_records(self.path) if record.get("step", 0) <= keep_through_step]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import distributed
+from . import distributed, failpoints
 from . import run as run_folder
 from .device import autocast
 from .distributed import RefusedElsewhere, World
@@ -46,6 +46,7 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float, world: World
     """Mean next-token loss over the fixed validation windows, in nats per token and bits per byte
     (nats/token x tokens/byte / ln 2: comparable across tokenizers). Under torchrun each rank scores
     its rows of every window and the ranks' means are averaged: the one-process figure."""
+    failpoints.reach("eval")
     was_training = model.training
     model.eval()
     total = distributed.mean(world, sum(model(x, y)[1].item() for x, y in windows) / len(windows))
@@ -220,6 +221,7 @@ class Trainer:
             torch.manual_seed((tc.seed * 1_000_003 + s.step) * 8_191 + s.world.rank)
         for micro in range(tc.grad_accum):
             x, y = s.train_batches.sample(s.generator)
+            failpoints.reach("batch")
             # Ranks exchange gradients once a step: not on the micro-steps before the last.
             quiet = forward.no_sync() if s.world.distributed and micro < tc.grad_accum - 1 else nullcontext()
             with quiet:

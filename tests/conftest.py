@@ -46,9 +46,12 @@ device = "cpu"
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
-    """Every test gets its own token cache, so no test reads or writes ~/.cache/minigpt."""
+    """Every test gets its own token cache, so no test reads or writes ~/.cache/minigpt; and no
+    failpoint set where the tests were started reaches a run (a test sets its own, per process)."""
     cache = tmp_path_factory.mktemp("minigpt-cache")
     monkeypatch.setenv("MINIGPT_CACHE", str(cache))
+    monkeypatch.delenv("MINIGPT_FAILPOINTS", raising=False)
+    monkeypatch.delenv("MINIGPT_FAILPOINTS_FILE", raising=False)
     return cache
 
 
@@ -96,6 +99,35 @@ def run_minigpt(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedPr
 @pytest.fixture
 def minigpt_process():
     return run_minigpt
+
+
+def minigpt_command(*args) -> list[str]:
+    """The real command line, `python -m minigpt ARGS`, for subprocess.Popen."""
+    return [sys.executable, "-m", "minigpt", *[str(a) for a in args]]
+
+
+def with_failpoints(spec: str, announce: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a real minigpt process whose failpoints (minigpt/failpoints.py) do `spec`,
+    appending to `announce` for each point reached with the `announce` action."""
+    env = {**os.environ, "MINIGPT_FAILPOINTS": spec, **extra}
+    if announce is not None:
+        env["MINIGPT_FAILPOINTS_FILE"] = str(announce)
+    return env
+
+
+def wait_for(predicate, what: str, process: subprocess.Popen | None = None, seconds: float = 120) -> None:
+    """Poll `predicate` until it holds; fail saying `what` after `seconds`, or as soon as `process`
+    has ended (with its output)."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert process is None or process.poll() is None, (what, process.communicate())
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def announced(path: Path) -> list[str]:
+    """The points a process announced so far (see with_failpoints), in order."""
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 def train_tiny_run(folder: Path, *overrides: str) -> Path:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real server process, trace's command line beside it, a browser
+
 REPO = Path(__file__).resolve().parents[1]
 LESSON_RUN = REPO / "data" / "lesson09"
 
@@ -117,32 +119,54 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1400"):
+    # --disable-dev-shm-usage: a container's /dev/shm is often 64 MB, too little for a renderer.
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,1400",
+    ):
         options.add_argument(argument)
     options.binary_location = chromium
     return webdriver.Chrome(options=options, service=Service(driver))
 
 
+def chips(page) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [chip.text for chip in page.find_elements(By.CSS_SELECTOR, "#tokens .chip")]
+
+
 def test_in_a_browser_the_attention_slider_shows_what_trace_compare_prints(server):
+    """Each step waits for the page to show that step's own answer, never for something an earlier
+    answer could already show: the page first traces its default prompt, "abc", also three chips,
+    so on a busy machine a wait for "3 chips" passed at once and the test clicked a chip of "abc",
+    whose request the answer for "dab" then overtook (the page keeps one request in flight)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = browser()
     try:
         page.get(server)
-        wait = WebDriverWait(page, 30)
+        # A condition read while the page replaces its chips meets elements that are gone: read again.
+        wait = WebDriverWait(page, 60, ignored_exceptions=(StaleElementReferenceException,))
         wait.until(lambda p: p.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "ready")
+        assert chips(page) == ["a", "b", "c"]  # the default prompt, traced at its last position
         prompt = page.find_element(By.ID, "prompt")
         prompt.clear()
         prompt.send_keys("dab")
         page.find_element(By.ID, "go").click()
-        wait.until(lambda p: len(p.find_elements(By.CSS_SELECTOR, "#tokens .chip")) == 3)
+        wait.until(lambda p: chips(p) == ["d", "a", "b"])
         page.find_element(By.CSS_SELECTOR, '#tokens .chip[data-position="1"]').click()
         wait.until(lambda p: p.find_elements(By.CSS_SELECTOR, '#tokens .chip.traced[data-position="1"]'))
         page.execute_script(
             "const s = document.getElementById('scale-attention-0');s.value = 0; s.dispatchEvent(new Event('input'));"
         )
         wait.until(lambda p: p.find_elements(By.ID, "kl"))
+        shown_for = json.loads(page.find_element(By.TAG_NAME, "body").get_attribute("data-request"))
+        assert (shown_for["prompt"], shown_for["position"], shown_for["scale"]) == ("dab", 1, ["0.attention=0"])
 
         expected = cli_compare("-p", "dab", "--position", "1", "--scale", "0.attention=0", "--compare")
         shown = json.loads(page.find_element(By.ID, "row-after-0-output").get_attribute("data-row"))

@@ -1,7 +1,8 @@
 """Nothing lost, whatever the user or the machine does: a loss that turns NaN, a second trainer on
 the same folder, a model larger than memory, a full disk, an unexpected error, and SIGKILL at a
 step, an evaluation and a checkpoint write. Each through the real CLI; processes that must die
-are real processes."""
+are real processes, paced, paused or failed at named points by MINIGPT_FAILPOINTS
+(minigpt/failpoints.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import announced, minigpt_command, wait_for, with_failpoints
 
 from minigpt import run as run_folder
 from minigpt.device import check_dtype
@@ -62,7 +62,7 @@ def test_a_diverging_run_stops_keeps_its_last_good_checkpoint_and_says_what_to_t
     line = one_line(cli(*args), 1)
     found = re.search(
         r"step (\d+)'s loss or gradient is not finite .* the last good checkpoint \(step (\d+)\) "
-        r"is intact in (\S+)\. Lower train.learning_rate or set train.grad_clip",
+        r"is intact in (.+?)\. Lower train.learning_rate or set train.grad_clip",
         line,
     )
     assert found, line
@@ -81,32 +81,15 @@ def test_a_diverging_run_stops_keeps_its_last_good_checkpoint_and_says_what_to_t
 
 # ------------------------------------------------------------------ two trainers, one folder
 
-PACED = (
-    "import sys, time\n"
-    "import minigpt.data as data\n"
-    "sample = data.Batches.sample\n"
-    "data.Batches.sample = lambda self, generator: (time.sleep(0.02), sample(self, generator))[1]\n"
-    "from minigpt.cli import main\n"
-    "sys.argv[0] = 'minigpt'\n"
-    "main()\n"
-)
 
-
-def wait_for(predicate, what: str, process=None, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert process is None or process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_first(cli, tiny_config, tmp_path):
     run = tmp_path / "run"
-    first = subprocess.Popen(
-        [sys.executable, "-c", PACED, "train", "-c", str(tiny_config), "--out", str(run), "--quiet", "--steps", "400"],
+    first = subprocess.Popen(  # paced (20 ms a batch), so it is still training while the others try
+        minigpt_command("train", "-c", tiny_config, "--out", run, "--quiet", "--steps", "400"),
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ),
+        env=with_failpoints("batch=sleep:0.02"),
     )
     try:
         wait_for(
@@ -206,40 +189,32 @@ def test_a_full_disk_on_the_metrics_log_stops_with_one_line(cli, tiny_config, tm
 
 # ------------------------------------------------------------------ unexpected errors
 
-BROKEN = (
-    "import sys\n"
-    "import minigpt.trainer as train\n"
-    "train.Trainer.train_step = lambda self: 1 / 0\n"
-    "from minigpt.cli import main\n"
-    "sys.argv[0] = 'minigpt'\n"
-    "main()\n"
-)
 
-
+@pytest.mark.slow
 def test_an_unexpected_error_is_one_line_unless_debug_asks_for_the_traceback(tiny_config, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "MINIGPT_DEBUG"}
-    args = [sys.executable, "-c", BROKEN]
+    # A plain RuntimeError inside the first training step: a bug, not a refusal (MinigptError).
+    env = {k: v for k, v in with_failpoints("batch=raise").items() if k != "MINIGPT_DEBUG"}
+    bug = "RuntimeError: failpoint batch reached (MINIGPT_FAILPOINTS raise)"
     plain = subprocess.run(
-        [*args, "train", "-c", str(tiny_config), "--out", str(tmp_path / "a"), "--quiet"],
+        minigpt_command("train", "-c", tiny_config, "--out", tmp_path / "a", "--quiet"),
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
     assert plain.returncode == 1 and plain.stdout == ""
-    assert plain.stderr == (
-        "minigpt: internal error: ZeroDivisionError: division by zero (run with --debug for the traceback)\n"
-    )
+    assert plain.stderr == f"minigpt: internal error: {bug} (run with --debug for the traceback)\n"
     debug = subprocess.run(
-        [*args, "--debug", "train", "-c", str(tiny_config), "--out", str(tmp_path / "b"), "--quiet"],
+        minigpt_command("--debug", "train", "-c", tiny_config, "--out", tmp_path / "b", "--quiet"),
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
-    assert debug.returncode == 1 and "Traceback" in debug.stderr and "ZeroDivisionError" in debug.stderr
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and bug in debug.stderr
+    assert ", in train_step\n" in debug.stderr  # raised inside the real step
     by_env = subprocess.run(
-        [*args, "train", "-c", str(tiny_config), "--out", str(tmp_path / "c"), "--quiet"],
+        minigpt_command("train", "-c", tiny_config, "--out", tmp_path / "c", "--quiet"),
         capture_output=True,
         text=True,
         env={**env, "MINIGPT_DEBUG": "1"},
@@ -250,36 +225,14 @@ def test_an_unexpected_error_is_one_line_unless_debug_asks_for_the_traceback(tin
 
 # ------------------------------------------------------------------ SIGKILL at three moments
 
-# The real CLI, announcing on stdout (and then pausing) when it is inside a step, an evaluation or a
-# checkpoint write, so the test can kill it right there. The pauses change no number.
-ANNOUNCED = (
-    "import sys, time\n"
-    "import minigpt.data as data, minigpt.trainer as train, minigpt.run as run\n"
-    "moment = sys.argv.pop(1)\n"
-    "def announce(name):\n"
-    "    if name == moment:\n"
-    "        print(name, flush=True); time.sleep(30)\n"
-    "sample, evaluate, save = data.Batches.sample, train.evaluate, run.torch.save\n"
-    "steps = [0]\n"
-    "def paced(self, generator):\n"
-    "    steps[0] += 1\n"
-    "    if steps[0] == 25: announce('step')\n"
-    "    return sample(self, generator)\n"
-    "data.Batches.sample = paced\n"
-    "def evaluating(*args):\n"
-    "    announce('eval'); return evaluate(*args)\n"
-    "train.evaluate = evaluating\n"
-    "def saving(payload, f, *args, **kwargs):\n"
-    "    if moment == 'checkpoint' and payload.get('step', 0) > 0:\n"
-    "        f.write(b'partial'); f.flush(); announce('checkpoint')\n"
-    "    return save(payload, f, *args, **kwargs)\n"
-    "run.torch.save = saving\n"
-    "from minigpt.cli import main\n"
-    "sys.argv[0] = 'minigpt'\n"
-    "main()\n"
-)
+# Where each process is killed: it announces that it got there, then waits to be killed. The first
+# trains from scratch (checkpoints at steps 0 and 20, killed in step 25), the others resume from
+# step 20: the second is killed in its first evaluation (step 30), the third in its first write of
+# a checkpoint file (best.pt at step 30, or checkpoint.pt at 40), its temporary file not renamed.
+KILLED_AT = {"step": "batch@25", "eval": "eval@1", "checkpoint": "checkpoint-write@1"}
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_step_an_evaluation_and_a_checkpoint_write_then_resume_is_bitwise_equal(
     cli, tiny_config, tmp_path
 ):
@@ -296,25 +249,18 @@ def test_sigkill_during_a_step_an_evaluation_and_a_checkpoint_write_then_resume_
     assert cli("train", "-c", tiny_config, "--out", straight, *settings).exit_code == 0
 
     run = tmp_path / "killed"
-    for number, moment in enumerate(("step", "eval", "checkpoint")):
-        command = [
-            sys.executable,
-            "-c",
-            ANNOUNCED,
-            moment,
-            "train",
-            "-c",
-            str(tiny_config),
-            "--out",
-            str(run),
-            *settings,
-            *(["--resume"] if number else []),
-        ]
+    for number, (moment, point) in enumerate(KILLED_AT.items()):
+        there = tmp_path / f"{moment}.reached"
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+            minigpt_command("train", "-c", tiny_config, "--out", run, *settings, *(["--resume"] if number else [])),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=with_failpoints(f"{point}=announce+sleep:30", there),
         )
         try:
-            assert process.stdout.readline().strip() == moment, process.communicate()
+            name = point.partition("@")[0]
+            wait_for(lambda there=there, name=name: announced(there) == [name], f"never reached {point}", process)
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=30)
         finally:
@@ -363,29 +309,19 @@ def test_a_metrics_line_cut_short_by_a_crash_is_dropped_and_a_damaged_one_is_ref
 
 # ------------------------------------------------------------------ cut short before the first step
 
-SLOW_FIT = (
-    "import sys, time\n"
-    "import minigpt.data as data\n"
-    "fit = data.train_tokenizer\n"
-    "def slow(*args, **kwargs):\n"
-    "    print('fitting', file=sys.stderr, flush=True); time.sleep(30); return fit(*args, **kwargs)\n"
-    "data.train_tokenizer = slow\n"
-    "from minigpt.cli import main\n"
-    "sys.argv[0] = 'minigpt'\n"
-    "main()\n"
-)
 
-
+@pytest.mark.slow
 def test_sigterm_while_preparing_stops_cleanly_and_leaves_no_lock(tiny_config, tmp_path):
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-c", SLOW_FIT, "train", "-c", str(tiny_config), "--out", str(run), "--quiet"],
+    there = tmp_path / "fitting.reached"
+    process = subprocess.Popen(  # held just before its tokenizer is fitted, the lock taken
+        minigpt_command("train", "-c", tiny_config, "--out", run, "--quiet"),
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ),
+        env=with_failpoints("tokenizer-fit=announce+sleep:30", there),
     )
     try:
-        assert process.stderr.readline().strip() == "fitting"
+        wait_for(lambda: announced(there) == ["tokenizer-fit"], "the run never began fitting", process)
         process.send_signal(signal.SIGTERM)
         stderr = process.communicate(timeout=60)[1]
     finally:

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
 
+@pytest.mark.slow  # two real processes, the quick start's own way
 def test_readme_train_then_sample_on_a_tiny_config(tiny_config, tmp_path, minigpt_process):
     run_minigpt = minigpt_process
     run = tmp_path / "run"

@@ -13,12 +13,11 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import interrupt_once_training
+from conftest import interrupt_once_training, minigpt_command, with_failpoints
 
 from minigpt import run as ckpt
 from minigpt.config import TrainConfig, load_config
@@ -216,19 +215,8 @@ def test_resuming_a_finished_run_does_nothing(cli, tiny_config, tmp_path):
 # ----------------------------------------------------------------------------------------------
 # exact resume after Ctrl-C
 
-# The real CLI in a real process, paced by a short sleep per batch so the test can send SIGINT
-# mid-run on a fast machine. The sleep changes no number the run computes.
-PACED_CLI = (
-    "import sys, time\n"
-    "import minigpt.data as data\n"
-    "sample = data.Batches.sample\n"
-    "data.Batches.sample = lambda self, generator: (time.sleep(0.004), sample(self, generator))[1]\n"
-    "from minigpt.cli import main\n"
-    "sys.argv[0] = 'minigpt'\n"
-    "main()\n"
-)
 
-
+@pytest.mark.slow
 def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, tmp_path):
     steps = 120
     settings = [
@@ -243,12 +231,14 @@ def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, t
     train_tiny(cli, tiny_config, straight, "--quiet", *settings)
 
     run = tmp_path / "interrupted"
+    # The real CLI in a real process, paced by a short sleep per batch (a failpoint) so the test can
+    # send SIGINT mid-run on a fast machine. The sleep changes no number the run computes.
     process = subprocess.Popen(
-        [sys.executable, "-c", PACED_CLI, "train", "-c", str(tiny_config), "--out", str(run), *settings],
+        minigpt_command("train", "-c", tiny_config, "--out", run, *settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ),
+        env=with_failpoints("batch=sleep:0.004"),
     )
     stderr = interrupt_once_training(process, run, signal.SIGINT)
     assert process.returncode == 130, stderr
