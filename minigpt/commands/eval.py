@@ -9,16 +9,15 @@ import math
 
 import typer
 
-from ..api import load
 from ..errors import MinigptError, option
 from ..io import atomic_write_text
-from .common import user_errors
+from .common import opened, user_errors
 from .options import EvalOptions
 
 
 def main(o: EvalOptions) -> None:
     with user_errors():
-        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = opened(o)
         scores = run.eval(o.data)
         if o.per_token is not None:
             ids = scores.ids

@@ -24,9 +24,9 @@ from typing import Any
 
 import typer
 
-from ..api import Run, load
+from ..api import Run
 from ..errors import MinigptError
-from .common import user_errors
+from .common import opened, user_errors
 from .options import ExploreOptions
 
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
@@ -34,7 +34,7 @@ MAX_BODY = 1 << 16  # a request is a prompt and a few settings
 
 def main(o: ExploreOptions) -> None:
     with user_errors():
-        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = opened(o)
         page = resources.files("minigpt").joinpath("explore/index.html").read_bytes()
         try:
             server = ThreadingHTTPServer((o.host, o.port), _handler(Explorer(run), page))

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from ..api import load
 from ..export import check_export, export
-from .common import user_errors
+from .common import opened, user_errors
 from .options import ExportOptions
 
 
 def main(o: ExportOptions) -> None:
     with user_errors():
         check_export(o.format, o.out)  # before loading: a large model takes a while to read
-        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = opened(o)
         written = export(run.model, run.tokenizer, format=o.format, out=o.out)
     typer.echo(f"wrote {', '.join(p.name for p in written)} to {o.out}")

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ..api import load
 from ..data import read_text
 from ..errors import MinigptError, option
-from .common import user_errors
+from .common import opened, user_errors
 from .options import SampleOptions, config_flags
 
 
@@ -23,7 +22,7 @@ def main(o: SampleOptions) -> None:
             raise MinigptError(
                 f"{option('prompt')} and {option('prompt_file')} were both given; pass the prompt one way"
             )
-        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = opened(o)
         settings = {key.partition(".")[2]: value for key, (_, value) in config_flags(o).items()}
         if o.stop is not None:  # free text, taken as given rather than read as a TOML value
             settings["stop"] = o.stop

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from ..api import load
 from ..trace import Comparison
 from ..trace_text import check_digits, render_comparison, render_text
-from .common import user_errors
+from .common import opened, user_errors
 from .options import TraceOptions
 
 
 def main(o: TraceOptions) -> None:
     with user_errors():
         check_digits(o.digits)
-        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = opened(o)
         result = run.trace(
             o.prompt,
             ids=o.ids,

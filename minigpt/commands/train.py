@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -23,7 +20,7 @@ from ..distributed import RankLost, RefusedElsewhere
 from ..errors import MinigptError
 from ..run import read_metrics
 from ..trainer import DivergedError, WriteFailed, estimate_seconds
-from .common import command_line, say, shown_path, user_errors
+from .common import command_line, say, shown_path, transient, user_errors
 from .options import TrainOptions
 
 
@@ -70,7 +67,7 @@ def _train(o: TrainOptions) -> None:
             force=o.force,
             progress=not quiet,
             on_start=lambda session: _announce(session, quiet),
-            preparing=lambda message: _transient(quiet, message),
+            preparing=lambda message: transient(message, quiet),
         )
     except (RankLost, DivergedError) as exc:  # rank 0 says it; the others stop with it
         if speaks:
@@ -136,22 +133,6 @@ def _resume_command(o: TrainOptions) -> str:
     return (
         f"the same torchrun launch on every machine, of: {command_line('-m', 'minigpt', 'train', *again, '--resume')}"
     )
-
-
-@contextmanager
-def _transient(quiet: bool, message: str) -> Iterator[None]:
-    """Say what a slow step is doing on a terminal, then erase the line, so that what stays on the
-    screen (a refusal above all) is unchanged. Off a terminal nothing is written."""
-    show = not quiet and sys.stderr.isatty()
-    if show:
-        sys.stderr.write(message + "\r")
-        sys.stderr.flush()
-    try:
-        yield
-    finally:
-        if show:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
