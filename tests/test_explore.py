@@ -94,7 +94,7 @@ def gpt2_run(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("bench_explore", REPO / "scripts" / "bench_explore.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    folder = tmp_path_factory.mktemp("explore-gpt2") / "run"
+    folder = tmp_path_factory.mktemp("explore-gpt2") / "gpt2-shaped"
     shape = dict(n_layer=12, n_head=12, n_embd=96, ffn_hidden=384, context=64, vocab_size=300)
     return bench.write_gpt2_shaped_run(folder, **shape, corpus_chars=20_000)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,7 +129,7 @@ def test_the_views_carry_every_attention_weight_exactly_and_every_rows_norm(expl
 
 
 def test_float64_runs_send_float64_weights(tmp_path):
-    explorer = Explorer(minigpt.load("data/lesson09"))
+    explorer = Explorer(minigpt.load(Path(__file__).resolve().parents[1] / "data" / "lesson09"))
     packed = explorer.trace({"ids": [0, 1, 2], "views": True})["views"]["attention"][0]
     weights = np.frombuffer(base64.b64decode(packed["data"]), dtype="<f8").reshape(packed["shape"])
     assert (
