@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 import torch
@@ -168,7 +168,8 @@ class Trace:
         return self.recorded[key][0]
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(replace(self, recorded={}))
+        bare = replace(self, recorded={}, probabilities=[], blocks=[replace(b, full_attention=[]) for b in self.blocks])
+        out = _plain(bare)
         del out["probabilities"], out["recorded"]
         for block in out["blocks"]:
             del block["full_attention"]
@@ -178,6 +179,20 @@ class Trace:
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict())
+
+
+def _plain(value: Any) -> Any:
+    """What dataclasses.asdict makes of a trace, without its deep copy of every number one by one
+    (most of the time of a GPT-2 trace's JSON): a list of numbers is copied whole."""
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and isinstance(value[0], (int, float, str)):
+            return list(value)
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass
@@ -207,7 +222,7 @@ class Comparison:
             "before": self.before.as_dict(),
             "after": self.after.as_dict(),
             "kl_divergence": self.kl_divergence,
-            "stages": [{name: asdict(change) for name, change in block.items()} for block in self.stages],
+            "stages": [{name: _plain(change) for name, change in block.items()} for block in self.stages],
         }
 
     def to_json(self) -> str:
@@ -221,7 +236,12 @@ def _ranked(tokenizer: TextTokenizer, logits: torch.Tensor, top: int) -> list[Ca
     """The `top` most likely tokens under softmax(logits); ties keep the lower id first."""
     logits = logits.double()
     probabilities = torch.softmax(logits, dim=-1)
-    order = torch.sort(probabilities, descending=True, stable=True).indices[:top].tolist()
+    # A stable sort of only the tokens at least as likely as the top-th (ties included), which is
+    # the head of a stable sort of all of them: GPT-2 has 50,257 to rank, once per block.
+    least = torch.topk(probabilities, min(top, len(probabilities))).values[-1]
+    contenders = torch.nonzero(probabilities >= least).squeeze(1)  # in id order
+    ranked = torch.sort(probabilities[contenders], descending=True, stable=True).indices
+    order = contenders[ranked][:top].tolist()
     return [Candidate(tokenizer.token_text(i), i, float(probabilities[i]), float(logits[i])) for i in order]
 
 
@@ -249,7 +269,10 @@ def trace_position(
     try:
         with torch.inference_mode():
             model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
-            blocks = [_block_entry(model, tokenizer, recorder, i, p, top) for i in shown]
+            # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB).
+            outputs = torch.stack([recorder[f"blocks.{i}.output"][0, p] for i in shown])
+            lens = model.head(model.final_norm(outputs))  # the model's own modules
+            blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
     finally:
         model.train(was_training)
     x = recorder["input"]
@@ -317,19 +340,23 @@ def compare(
     return Comparison([str(item) for item in interventions], before, after, stages, kl)
 
 
+def row_norm(row: list[float]) -> float:
+    """A row's Euclidean norm, its squares summed exactly (math.fsum)."""
+    return math.sqrt(math.fsum(v * v for v in row))
+
+
 def _change(before: list[float], after: list[float]) -> StageChange:
-    def norm(row: list[float]) -> float:
-        return math.sqrt(math.fsum(v * v for v in row))
+    return StageChange(
+        before, after, row_norm(before), row_norm(after), row_norm([b - a for a, b in zip(before, after)])
+    )
 
-    return StageChange(before, after, norm(before), norm(after), norm([b - a for a, b in zip(before, after)]))
 
-
-def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int) -> BlockTrace:
+def _block_entry(
+    tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int, lens_logits: torch.Tensor
+) -> BlockTrace:
     recorded = recorder.block(i)
     weights = recorded.pop("attention_weights")  # [B, H, T, S]
     entering = recorder["input"] if i == 0 else recorder[f"blocks.{i - 1}.output"]
-    output_row = recorded["output"][0, p]
-    lens_logits = model.head(model.final_norm(output_row))  # the model's own modules
     return BlockTrace(
         index=i,
         input=Row(entering[0, p].tolist(), list(entering.shape)),

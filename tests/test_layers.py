@@ -38,6 +38,7 @@ ALLOWED = {
     "plot": {"errors", "io", "trace"},
     "trace": {"errors", "interventions", "memory", "model", "tokenizer"},
     "trace_text": {"errors", "trace"},
+    "explorer": {"api", "config", "device", "errors", "generate", "trace"},
     "distributed": {"errors"},
     "optimizers": {"model"},
     "session": {

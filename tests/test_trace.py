@@ -406,3 +406,22 @@ def test_token_text_is_escaped_and_cut():
     assert show_token("\n") == "'\\n'"
     assert show_token(" what") == "' what'"
     assert show_token("x" * 40) == "'" + "x" * 12 + "..."
+
+
+def test_ranking_only_the_contenders_is_the_head_of_a_stable_sort_of_all():
+    """_ranked sorts only the tokens at least as likely as the top-th (for GPT-2's 50,257, once per
+    block): the same list as a stable sort of every token, ties (lower id first) included."""
+    from minigpt.trace import _ranked
+
+    tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefghij"))
+    g = torch.Generator().manual_seed(0)
+    for logits in (
+        torch.tensor([1.0, 3.0, 3.0, 0.5, 3.0, 2.0, 2.0, 0.0, 3.0, 1.0]),  # a four-way tie at the top
+        torch.tensor([2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0]),  # the cut falls inside a tie
+        torch.randn(10, generator=g),
+        torch.zeros(10),
+    ):
+        probabilities = torch.softmax(logits.double(), -1)
+        everything = torch.sort(probabilities, descending=True, stable=True).indices.tolist()
+        for top in (1, 2, 3, 5, 10):
+            assert [c.id for c in _ranked(tokenizer, logits, top)] == everything[:top], (logits, top)

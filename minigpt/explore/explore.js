@@ -1,0 +1,700 @@
+// minigpt explore: the page's state, its requests and its views. The server computes (the trace,
+// the norms, the reshaped next-token distribution, the next token); this file only lays out and
+// draws what it answers (draw.js). The stage order comes from the trace itself, never from here.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const S = {
+  model: null,
+  source: null, // {prompt: text} or {ids: [...]}: what is traced
+  position: null, // the traced position asked for (null: the last)
+  block: 0, // the block the diagram, the attention maps and the controls show
+  view: { kind: "block", stage: "output" }, // the row shown: a block's stage, "embedding" or "final"
+  edits: { scale: {}, replace: new Set(), ablate: new Set(), atPosition: false, setInput: "" },
+  sampling: null, // temperature, top_k, top_p, greedy, seed: start as `minigpt sample` does for this run
+  data: null, // the last trace answer
+  request: null, // the request it answered
+  next: null, // the last /api/next answer
+  appendedFrom: null, // chips from here on were appended by "next token"
+};
+
+// ---------------------------------------------------------------- requests
+
+// One request of each kind in flight; settings changed meanwhile are sent once it returns.
+function coalesced(send) {
+  let busy = false, again = false;
+  return async function run() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try { do { again = false; await send(); } while (again); } finally { busy = false; }
+  };
+}
+
+async function post(path, body) {
+  const response = await fetch(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const data = await response.json();
+  return { ok: response.ok, data, timing: response.headers.get("Server-Timing") };
+}
+
+function traceRequest() {
+  const e = S.edits, body = { ...S.source, scale: [], replace_residual: [], ablate_head: [], at_position: e.atPosition };
+  if (S.position !== null) body.position = S.position;
+  for (let b = 0; b < S.model.n_layer; b++) {
+    for (const stage of ["attention", "ffn"]) {
+      const v = (e.scale[b] || {})[stage];
+      if (v !== undefined && v !== 1) body.scale.push(`${b}.${stage}=${v}`);
+    }
+    if (e.replace.has(b)) body.replace_residual.push(String(b));
+    for (let h = 0; h < S.model.n_head; h++) if (e.ablate.has(`${b}.${h}`)) body.ablate_head.push(`${b}.${h}`);
+  }
+  if (e.setInput.trim()) body.set_input = e.setInput.trim();
+  return body;
+}
+
+const trace = coalesced(async () => {
+  const body = traceRequest();
+  document.body.dataset.state = "busy";
+  const start = performance.now();
+  const { ok, data, timing } = await post("/api/trace", { ...body, views: true });
+  const fetched = performance.now();
+  if (!ok) { showError(data.error); return; }
+  showError("");
+  S.data = data; S.request = body;
+  S.position = shown().position;
+  const drawn = render();
+  document.body.dataset.fetchMs = (fetched - start).toFixed(1);
+  document.body.dataset.renderMs = drawn.toFixed(1);
+  document.body.dataset.serverMs = timing ? timing.replace(/.*dur=/, "") : "";
+  $("timing").textContent = `traced in ${Math.round(fetched - start)} ms (server ${document.body.dataset.serverMs} ms), drawn in ${Math.round(drawn)} ms`;
+  document.body.dataset.request = JSON.stringify(body);
+  document.body.dataset.state = "ready";
+  nextTokens();
+});
+
+const nextTokens = coalesced(async () => {
+  if (!S.request) return;
+  const body = { ...S.request, temperature: S.sampling.temperature, top_k: S.sampling.top_k, top_p: S.sampling.top_p };
+  const { ok, data } = await post("/api/next", body);
+  if (!ok) { showError(data.error); return; }
+  S.next = data;
+  renderBars();
+  document.body.dataset.next = JSON.stringify(body);
+});
+
+async function step() {
+  const s = S.sampling;
+  const body = { ...S.source, greedy: s.greedy, seed: s.seed, temperature: s.temperature, top_k: s.top_k, top_p: s.top_p };
+  $("step").disabled = true;
+  try {
+    const { ok, data } = await post("/api/step", body);
+    if (!ok) { showError(data.error); return; }
+    showError("");
+    if (S.appendedFrom === null) S.appendedFrom = data.ids.length - 1;
+    S.source = { ids: data.ids };
+    S.position = null;
+    $("prompt").value = data.text;
+    const how = s.greedy ? "--greedy" : `--seed ${s.seed}` + settingsFlags();
+    $("step-note").textContent = `appended ${show(data.token)} (id ${data.id}, p ${Draw.short(data.probability)}): ` +
+      `the token minigpt sample ${how} -n 1 gives after these tokens (the unmodified model)`;
+    if (!s.greedy) { s.seed += 1; $("seed").value = s.seed; } // the next draw gets a seed of its own
+    document.body.dataset.step = JSON.stringify({ request: body, answer: data });
+    await trace();
+  } finally { $("step").disabled = false; }
+}
+
+function settingsFlags() {
+  const s = S.sampling, m = S.model.sample;
+  return (s.temperature !== m.temperature ? ` --temperature ${s.temperature}` : "") +
+    (s.top_k !== m.top_k ? ` --top-k ${s.top_k}` : "") + (s.top_p !== m.top_p ? ` --top-p ${s.top_p}` : "");
+}
+
+function showError(message) {
+  $("error").textContent = message || "";
+  if (message) document.body.dataset.state = "error";
+}
+
+// ---------------------------------------------------------------- what the answer holds
+
+const compared = () => S.data && "before" in S.data;
+const shown = () => (compared() ? S.data.after : S.data);
+const before = () => (compared() ? S.data.before : null);
+const stageOrder = (block) => ["input", ...Object.keys(block.stages)];
+const rowOf = (tr, b, name) => (name === "input" ? tr.blocks[b].input.row : tr.blocks[b].stages[name]);
+const normOf = (pass, b, name) => S.data.views.norms[pass].blocks[b][name];
+const differs = (a, b) => a.length !== b.length || a.some((v, i) => v !== b[i]);
+
+// A stage changed when the library's |change| of its row is above zero (exactly: rows that differ).
+function changed(b, name) {
+  return compared() && S.data.stages[b][name].change > 0;
+}
+function blockChanged(b) {
+  return compared() && Object.values(S.data.stages[b]).some((c) => c.change > 0);
+}
+const finalChanged = () => compared() && differs(S.data.before.final_norm.row, S.data.after.final_norm.row);
+
+function show(token) {
+  return JSON.stringify(token).slice(1, -1).replace(/ /g, "\u2423") || "\u00a0";
+}
+
+// The whole attention matrices arrive as the model's own float32 (or float64) bytes.
+function decodeAttention() {
+  return S.data.views.attention.map((packed) => {
+    const text = atob(packed.data), bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i); // a plain loop: 10x Uint8Array.from's
+    const array = packed.dtype === "float64" ? new Float64Array(bytes.buffer) : new Float32Array(bytes.buffer);
+    const [, T] = packed.shape;
+    return (h, q, k) => array[(h * T + q) * T + k];
+  });
+}
+
+// ---------------------------------------------------------------- the views
+
+function render() {
+  const start = performance.now();
+  S.block = Math.min(S.block, S.model.n_layer - 1);
+  S.attention = decodeAttention();
+  keepingFocus(() => {
+    renderTokens();
+    renderStrip();
+    renderDiagram();
+    renderRow();
+    renderAttention();
+    renderStream();
+    renderLens();
+    renderControls();
+    renderKl();
+  });
+  return performance.now() - start;
+}
+
+// A view drawn again replaces its buttons: the keyboard's place moves to the new one of the same
+// meaning (the traced token, the same stage, the same block), so arrow keys and Enter carry on.
+function keepingFocus(draw) {
+  const a = document.activeElement;
+  let again = null;
+  if (a && a.closest) {
+    if (a.closest("#tokens")) again = "#tokens .chip.traced";
+    else if (a.dataset.stage) again = `#diagram [data-stage="${a.dataset.stage}"]`;
+    else if (a.closest("#strip")) again = `#strip button:nth-child(${[...a.parentNode.children].indexOf(a) + 1})`;
+    else if (a.id) again = `#${a.id}`;
+  }
+  draw();
+  if (again && !document.contains(a)) {
+    const found = document.querySelector(again);
+    if (found) found.focus();
+  }
+}
+
+function renderTokens() {
+  const tr = shown(), box = $("tokens");
+  box.replaceChildren(...tr.tokens.map((t, i) => {
+    const chip = document.createElement("button");
+    chip.type = "button";
+    chip.className = "chip" + (i === tr.position ? " traced" : "") + (S.appendedFrom !== null && i >= S.appendedFrom ? " new" : "");
+    chip.dataset.position = i;
+    chip.dataset.id = tr.ids[i];
+    chip.tabIndex = i === tr.position ? 0 : -1;
+    chip.title = `position ${i}, id ${tr.ids[i]}: trace this position`;
+    chip.textContent = show(t);
+    chip.addEventListener("click", () => { S.position = i; trace(); });
+    return chip;
+  }));
+}
+
+function moveAmongTokens(event) {
+  const chips = [...$("tokens").querySelectorAll(".chip")];
+  const at = chips.indexOf(document.activeElement);
+  if (at < 0) return;
+  const to = { ArrowLeft: at - 1, ArrowRight: at + 1, Home: 0, End: chips.length - 1 }[event.key];
+  if (to === undefined) return;
+  event.preventDefault();
+  const next = chips[Math.max(0, Math.min(chips.length - 1, to))];
+  chips.forEach((c) => (c.tabIndex = c === next ? 0 : -1));
+  next.focus();
+}
+
+function stripButton(text, title, pressed, onClick, className) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = text;
+  b.title = title;
+  b.setAttribute("aria-pressed", pressed ? "true" : "false");
+  if (className) b.className = className;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function renderStrip() {
+  const m = S.model, v = S.view;
+  const buttons = [stripButton(m.n_layer > 6 ? "input" : "tokens + positions", "the input: token row + position row", v.kind === "embedding",
+    () => select({ kind: "embedding" }), "end")];
+  for (let b = 0; b < m.n_layer; b++) {
+    const button = stripButton(m.n_layer > 8 ? String(b) : `block ${b}`, `block ${b}`, v.kind === "block" && S.block === b,
+      () => { S.block = b; select({ kind: "block", stage: v.kind === "block" ? v.stage : "output" }); },
+      blockChanged(b) ? "changed" : "");
+    button.dataset.block = b;
+    buttons.push(button);
+  }
+  const final = stripButton("final norm", "the final norm of the last block's output", v.kind === "final",
+    () => select({ kind: "final" }), "end" + (finalChanged() ? " changed" : ""));
+  buttons.push(final, stripButton(m.n_layer > 6 ? "head" : "head \u2192 next", "the head: logits, then the next-token distribution", false,
+    () => $("temperature").focus(), "end"));
+  $("strip").replaceChildren(...buttons);
+  $("model-note").textContent = `block ${S.block} as computed, Figure 17.1; click a stage for its row`;
+}
+
+function select(view) {
+  S.view = view;
+  keepingFocus(() => { renderStrip(); renderDiagram(); renderRow(); renderAttention(); renderStream(); renderLens(); renderControls(); });
+}
+
+// Figure 17.1 laid on its side: the residual stream along the top, each sublayer's branch below
+// it, rejoining at its add. Which stages are branches follows from the adds the server names.
+function renderDiagram() {
+  const NS = "http://www.w3.org/2000/svg";
+  const tr = shown(), b = S.block, block = tr.blocks[b];
+  const order = stageOrder(block), adds = S.model.residual_adds;
+  const branch = new Set();
+  for (const [add, source] of Object.entries(adds)) {
+    const i = order.indexOf(source), j = order.indexOf(add);
+    for (let k = i + 1; i >= 0 && k < j; k++) branch.add(order[k]);
+  }
+  const W = Math.max(300, $("diagram").clientWidth || 600), cols = order.length, colW = W / cols;
+  const boxW = Math.min(112, colW - 10), boxH = 40, top = 6, low = 78, H = low + boxH + 8;
+  const x = (i) => i * colW + (colW - boxW) / 2;
+  const y = (name) => (branch.has(name) ? low : top);
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("height", H);
+  svg.innerHTML = `<defs><marker id="arrow" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" orient="auto">
+    <path d="M0,0 L8,4 L0,8 z" fill="#4a5868"/></marker></defs>`;
+  const wire = (d, cls) => {
+    const p = document.createElementNS(NS, "path");
+    p.setAttribute("d", d);
+    p.setAttribute("class", `wire ${cls || ""}`);
+    p.setAttribute("marker-end", "url(#arrow)");
+    svg.appendChild(p);
+  };
+  const stream = order.filter((s) => !branch.has(s));
+  stream.slice(1).forEach((s, n) => {
+    const from = order.indexOf(stream[n]), to = order.indexOf(s);
+    wire(`M${x(from) + boxW},${top + boxH / 2} H${x(to)}`, adds[s] === stream[n] ? "skip" : "");
+  });
+  for (const [add, source] of Object.entries(adds)) {
+    const i = order.indexOf(source), j = order.indexOf(add);
+    const inner = order.slice(i + 1, j);
+    if (i < 0 || j < 0 || !inner.length) continue;
+    const first = order.indexOf(inner[0]), last = order.indexOf(inner[inner.length - 1]);
+    wire(`M${x(i) + boxW / 2},${top + boxH} V${low + boxH / 2} H${x(first)}`);
+    for (let k = first; k < last; k++) wire(`M${x(k) + boxW},${low + boxH / 2} H${x(k + 1)}`);
+    wire(`M${x(last) + boxW},${low + boxH / 2} H${x(j) + boxW / 2} V${top + boxH}`);
+  }
+  order.forEach((name, i) => {
+    const g = document.createElementNS(NS, "g");
+    const isChanged = changed(b, name);
+    g.setAttribute("class", `stage${name in adds ? " add" : ""}${branch.has(name) ? " branch" : ""}`);
+    g.setAttribute("tabindex", "0");
+    g.setAttribute("role", "button");
+    g.setAttribute("data-stage", name);
+    g.setAttribute("data-block", b);
+    g.setAttribute("data-changed", isChanged ? "true" : "false");
+    g.setAttribute("aria-pressed", S.view.kind === "block" && S.view.stage === name ? "true" : "false");
+    const norm = normOf("after", b, name);
+    g.setAttribute("aria-label", `block ${b} ${name}, norm ${Draw.short(norm)}${isChanged ? ", changed" : ""}`);
+    const label = (name in adds ? "+ " : "") + name;
+    const size = boxW < 88 ? 11 : 12;
+    g.innerHTML = `<rect x="${x(i)}" y="${y(name)}" width="${boxW}" height="${boxH}" rx="5"/>` +
+      `<text x="${x(i) + boxW / 2}" y="${y(name) + 16}" text-anchor="middle" style="font-size:${size}px">${esc(label)}</text>` +
+      `<text class="norm" x="${x(i) + boxW / 2}" y="${y(name) + 31}" text-anchor="middle">${isChanged ? "\u0394 " : ""}\u2016x\u2016 ${Draw.short(norm)}</text>` +
+      `<title>${esc(name)}: shape ${JSON.stringify(name === "input" ? block.input.shape : block.shapes[name])}</title>`;
+    const choose = () => select({ kind: "block", stage: name });
+    g.addEventListener("click", choose);
+    g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); focusStage(name); } });
+    svg.appendChild(g);
+  });
+  $("diagram").replaceChildren(svg);
+}
+
+function focusStage(name) {
+  const g = $("diagram").querySelector(`[data-stage="${name}"]`);
+  if (g) g.focus();
+}
+
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+
+// The shown row: every value as a heat strip (before and after when an intervention is set),
+// a legend, the norms, and the exact numbers one click away.
+function renderRow() {
+  const tr = shown(), old = before(), v = S.view, p = tr.position, b = S.block;
+  let title, lines, facts;
+  const pair = (label, get) => (old ? [["before", get(old)], ["after", get(tr)]] : [[label, get(tr)]]);
+  if (v.kind === "embedding") {
+    title = `input at position ${p} (token ${show(tr.tokens[p])}): token row + position row`;
+    lines = [
+      ["token", tr.input.token_row], ["position", tr.input.position_row],
+      ...(old && changed(0, "input") ? [["before", old.input.row], ["after", tr.input.row]] : [["= input", tr.input.row]]),
+    ];
+    facts = `shape ${JSON.stringify(tr.input.shape)} · token table ${JSON.stringify(tr.input.token_table_shape)} · ` +
+      `position table ${JSON.stringify(tr.input.position_table_shape)} · \u2016input\u2016 ${Draw.short(normOf("after", 0, "input"))}`;
+  } else if (v.kind === "final") {
+    title = `final norm at position ${p}: what the head reads`;
+    lines = pair("final_norm", (t) => t.final_norm.row);
+    facts = `shape ${JSON.stringify(tr.final_norm.shape)} · \u2016row\u2016 ${Draw.short(S.data.views.norms.after.final_norm)}` +
+      (old ? ` (before ${Draw.short(S.data.views.norms.before.final_norm)})` : "");
+  } else {
+    const name = v.stage in tr.blocks[b].stages || v.stage === "input" ? v.stage : "output";
+    S.view.stage = name;
+    const block = tr.blocks[b];
+    title = `block ${b} · ${name} at position ${p} (token ${show(tr.tokens[p])})`;
+    lines = pair(name, (t) => rowOf(t, b, name));
+    const shape = name === "input" ? block.input.shape : block.shapes[name];
+    facts = `shape ${JSON.stringify(shape)} · \u2016row\u2016 ${Draw.short(normOf("after", b, name))}`;
+    if (old) {
+      const c = S.data.stages[b][name];
+      facts += ` (before ${Draw.short(c.norm_before)}) · |change| <b>${Draw.short(c.change)}</b>`;
+    }
+  }
+  $("row-title").textContent = title;
+  const box = $("row");
+  const width = Math.max(120, box.clientWidth - 70);
+  const limit = Draw.limitOf(lines.map(([, row]) => row));
+  const out = [];
+  const f = document.createElement("div");
+  f.className = "facts";
+  f.innerHTML = facts;
+  out.push(f);
+  for (const [label, row] of lines) {
+    const line = document.createElement("div");
+    line.className = "rowline";
+    const canvas = Draw.strip(row, limit, width);
+    canvas.dataset.row = label;
+    hover(canvas, (x, y) => {
+      const i = canvas.cells.at(x, y);
+      return i < 0 ? null : `${label} coordinate ${i}: ${row[i]}`;
+    });
+    line.append(Draw.span(label, "label"), canvas);
+    out.push(line);
+  }
+  out.push(Draw.legend("value", limit, `${lines[0][1].length} values`));
+  const tools = document.createElement("div");
+  tools.className = "tools";
+  const numbers = document.createElement("details");
+  numbers.innerHTML = `<summary>exact numbers</summary>`;
+  numbers.addEventListener("toggle", () => {
+    if (!numbers.open || numbers.querySelector(".numbers")) return;
+    const grid = document.createElement("div");
+    grid.className = "numbers";
+    const [, first] = lines[lines.length - 1];
+    first.forEach((_, i) => grid.appendChild(Draw.span(`${i}: ${lines.map(([l, r]) => (lines.length > 1 ? `${l} ` : "") + r[i]).join("  ")}`)));
+    numbers.appendChild(grid);
+  });
+  const download = document.createElement("button");
+  download.type = "button";
+  download.textContent = "download the trace JSON";
+  download.title = "what minigpt trace --json (--compare with an intervention) prints for these settings";
+  download.addEventListener("click", downloadJson);
+  tools.append(numbers, download);
+  out.push(tools);
+  box.replaceChildren(...out);
+}
+
+function downloadJson() {
+  const { views, ...plain } = S.data;
+  const url = URL.createObjectURL(new Blob([JSON.stringify(plain)], { type: "application/json" }));
+  const a = document.createElement("a");
+  a.href = url; a.download = "trace.json";
+  document.body.appendChild(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+function hover(element, describe) {
+  const tip = $("tip");
+  element.addEventListener("mousemove", (e) => {
+    const r = element.getBoundingClientRect();
+    const text = describe(e.clientX - r.left, e.clientY - r.top);
+    if (!text) { tip.hidden = true; return; }
+    tip.textContent = text;
+    tip.hidden = false;
+    const w = tip.offsetWidth, h = tip.offsetHeight;
+    tip.style.left = `${Math.max(4, Math.min(window.innerWidth - w - 4, e.clientX + 12))}px`;
+    tip.style.top = `${e.clientY + h + 16 > window.innerHeight ? e.clientY - h - 8 : e.clientY + 14}px`;
+  });
+  element.addEventListener("mouseleave", () => (tip.hidden = true));
+}
+
+// Every head of the selected block at a readable size, then every block's heads as thumbnails.
+function renderAttention() {
+  const tr = shown(), b = S.block, H = S.model.n_head, T = tr.tokens.length, p = tr.position;
+  const weight = S.attention[b];
+  const box = $("attention");
+  const avail = Math.max(160, box.clientWidth);
+  const cols = Math.min(H, Math.max(1, Math.floor(avail / 140)));
+  const labels = tr.tokens.map(show);
+  const mapWidth = Math.floor(avail / cols) - 12;
+  let cell = Math.max(2, Math.min(36, Math.floor(mapWidth / T)));
+  const pad = cell >= 11 ? Math.min(64, 7 * Math.max(...labels.map((t) => Math.min(8, t.length))) + 6) : 0;
+  cell = Math.max(2, Math.min(36, Math.floor((mapWidth - pad) / T)));
+  $("attention-title").textContent = `Attention · block ${b} · ${H} head${H > 1 ? "s" : ""} over ${T} token${T > 1 ? "s" : ""}`;
+  const note = document.createElement("div");
+  note.className = "facts";
+  note.textContent = `query rows, key columns; the future is masked; position ${p}'s row is outlined. Click a row to trace that position.`;
+  const heads = document.createElement("div");
+  heads.className = "heads";
+  for (let h = 0; h < H; h++) {
+    const fig = document.createElement("div");
+    fig.className = "heat";
+    const canvas = Draw.heatMap(T, (q, k) => weight(h, q, k), cell, { traced: p, labels });
+    canvas.dataset.block = b;
+    canvas.dataset.head = h;
+    canvas.classList.add("attention-map");
+    hover(canvas, (x, y) => {
+      const at = canvas.cells.at(x, y);
+      if (!at) return null;
+      const [q, k] = at;
+      return k > q ? `query ${q} ${labels[q]} cannot see key ${k} (the future)` :
+        `head ${h}: query ${q} ${labels[q]} \u2192 key ${k} ${labels[k]}\nweight ${weight(h, q, k)}`;
+    });
+    canvas.addEventListener("click", (e) => {
+      const r = canvas.getBoundingClientRect(), at = canvas.cells.at(e.clientX - r.left, e.clientY - r.top);
+      if (at && at[0] !== S.position) { S.position = at[0]; trace(); }
+    });
+    fig.append(Draw.span(`head ${h}`, "title"), canvas);
+    heads.appendChild(fig);
+  }
+  const parts = [note, heads, Draw.legend("weight", 1, "attention weight")];
+  if (S.model.n_layer > 1) {
+    const thumb = Math.max(12, Math.min(40, Math.floor((avail - 34) / H) - 3));
+    const all = Draw.overview(S.model.n_layer, H, T, (bb, h, q, k) => S.attention[bb](h, q, k), thumb, 3, b);
+    all.id = "overview-map";
+    hover(all, (x, y) => {
+      const at = all.cells.at(x, y);
+      if (!at) return null;
+      const [bb, h, q, k] = at;
+      return k > q ? `block ${bb} head ${h}` : `block ${bb} head ${h}: query ${q} ${labels[q]} \u2192 key ${k} ${labels[k]}\nweight ${S.attention[bb](h, q, k)}`;
+    });
+    all.addEventListener("click", (e) => {
+      const r = all.getBoundingClientRect(), at = all.cells.at(e.clientX - r.left, e.clientY - r.top);
+      if (at) { S.block = at[0]; select(S.view.kind === "block" ? S.view : { kind: "block", stage: "output" }); }
+    });
+    const wrap = document.createElement("div");
+    wrap.id = "overview";
+    wrap.append(Draw.span("every block (rows) and head (columns); click one to show its block", "facts"), all);
+    parts.push(wrap);
+  }
+  box.replaceChildren(...parts);
+}
+
+// The residual stream's norm at every stream stage (not the branches), block after block.
+function renderStream() {
+  const tr = shown(), adds = S.model.residual_adds, points = [];
+  tr.blocks.forEach((block, b) => {
+    const order = stageOrder(block), branch = new Set();
+    for (const [add, source] of Object.entries(adds)) {
+      const i = order.indexOf(source), j = order.indexOf(add);
+      for (let k = i + 1; i >= 0 && k < j; k++) branch.add(order[k]);
+    }
+    order.forEach((name) => { if (!branch.has(name) && (b === 0 || name !== "input")) points.push([b, name]); });
+  });
+  const series = [];
+  const make = (pass) => ({
+    name: pass,
+    points: points.map(([b, name]) => ({
+      y: normOf(pass, b, name), changed: pass === "after" && changed(b, name),
+      tip: `block ${b} ${name}: \u2016x\u2016 = ${normOf(pass, b, name)}${pass === "before" ? " (before)" : ""}`,
+    })),
+  });
+  if (compared()) series.push(make("before"));
+  series.push(make("after"));
+  const labels = points.map(([b, name], i) => ({ text: name === "input" ? "input" : `${b}.${name}`, major: i === 0 }));
+  const width = Math.max(240, $("stream").clientWidth);
+  const svg = Draw.lineChart(series, labels, width, 170, (i) => { S.block = points[i][0]; select({ kind: "block", stage: points[i][1] }); });
+  svg.querySelectorAll("circle").forEach((c) => hover(c, () => c.tip));
+  const key = document.createElement("div");
+  key.className = "key";
+  key.textContent = compared() ? "solid: after the intervention · dashed: before · orange points: changed" :
+    "each block's input, residual adds and output, at the traced position";
+  $("stream").replaceChildren(svg, key);
+}
+
+function renderLens() {
+  const tr = shown(), table = document.createElement("table");
+  const top = Math.min(3, tr.blocks[0].logit_lens.length);
+  tr.blocks.forEach((block, b) => {
+    const row = table.insertRow();
+    if (b === S.block) row.className = "selected";
+    const th = document.createElement("th");
+    th.textContent = `block ${b}`;
+    row.appendChild(th);
+    block.logit_lens.slice(0, top).forEach((c) => {
+      const td = row.insertCell();
+      const rgb = Draw.sequential(c.probability);
+      td.style.background = Draw.css(rgb);
+      td.style.color = c.probability > 0.55 ? "#fff" : "#1d232b";
+      td.textContent = `${show(c.token)} ${c.probability.toFixed(3)}`;
+      td.title = `${JSON.stringify(c.token)} id ${c.id}: probability ${c.probability}, logit ${c.logit}`;
+      td.dataset.id = c.id;
+      td.dataset.probability = c.probability;
+    });
+  });
+  $("lens").replaceChildren(table);
+}
+
+function renderKl() {
+  $("kl-line").innerHTML = compared() ?
+    `KL(before \u2016 after) = <b id="kl">${Draw.short(S.data.kl_divergence)}</b> nats (temperature 1, unfiltered, as trace --compare gives it) · interventions: ${esc(S.data.interventions.join("; "))}` : "";
+  const kl = $("kl");
+  if (kl) { kl.dataset.value = S.data.kl_divergence; kl.title = String(S.data.kl_divergence); }
+}
+
+function renderBars() {
+  const n = S.next, s = S.sampling;
+  if (!n) return;
+  const was = n.before ? new Map(n.before.candidates.map((c) => [c.id, c.probability])) : null;
+  const rows = n.candidates.map((c) => {
+    const row = document.createElement("div");
+    row.className = "bar" + (c.probability === 0 ? " filtered" : "");
+    row.dataset.id = c.id;
+    row.dataset.probability = c.probability;
+    row.dataset.unfiltered = c.unfiltered;
+    row.title = `${JSON.stringify(c.token)} id ${c.id}: probability ${c.probability} (temperature 1, unfiltered ${c.unfiltered}; logit ${c.logit})`;
+    const track = document.createElement("div");
+    track.className = "track";
+    const fill = document.createElement("div");
+    fill.className = "fill";
+    fill.style.width = `${100 * c.probability}%`;
+    const tick = document.createElement("div");
+    tick.className = "plain";
+    tick.style.left = `calc(${100 * c.unfiltered}% - 1px)`;
+    track.append(fill, tick);
+    if (was && was.has(c.id)) {
+      const w = document.createElement("div");
+      w.className = "was";
+      w.style.width = `${100 * was.get(c.id)}%`;
+      track.appendChild(w);
+    }
+    row.append(Draw.span(show(c.token), "tok"), track, Draw.span(c.probability === 0 ? "filtered" : c.probability.toFixed(4), "p"));
+    return row;
+  });
+  const foot = document.createElement("div");
+  foot.className = "facts";
+  foot.textContent = `${n.kept} of ${n.of} tokens left to draw from; bars: temperature ${s.temperature}, top-k ${s.top_k || "off"}, ` +
+    `top-p ${s.top_p < 1 ? s.top_p : "off"} (sample's own filter); tick: temperature 1, unfiltered` + (was ? "; grey: before" : "");
+  $("bars").replaceChildren(...rows, foot);
+}
+
+// The lesson's controls for the selected block, and those for every block.
+function renderControls() {
+  const b = S.block, e = S.edits, m = S.model;
+  const box = $("controls");
+  // Built again only for another block (or after a reset): a slider being moved keeps its place.
+  if (S.controlsFor === b && S.controlsEdits === e) {
+    for (let h = 0; h < m.n_head; h++) $(`ablate-${h}`).setAttribute("aria-pressed", e.ablate.has(`${b}.${h}`) ? "true" : "false");
+    $("active").textContent = compared() ? `set: ${S.data.interventions.join("; ")}` : "";
+    return;
+  }
+  S.controlsFor = b;
+  S.controlsEdits = e;
+  const scale = (stage, label) => {
+    const value = (e.scale[b] || {})[stage] ?? 1;
+    const wrap = document.createElement("label");
+    wrap.className = "slider";
+    wrap.innerHTML = `<span>${label}</span><input type="range" id="scale-${stage}" min="0" max="2" step="0.05" value="${value}">` +
+      `<output id="scale-${stage}-value">${value.toFixed(2)}</output>`;
+    const input = wrap.querySelector("input");
+    input.addEventListener("input", () => {
+      e.scale[b] = { ...(e.scale[b] || {}), [stage]: Number(input.value) };
+      wrap.querySelector("output").textContent = Number(input.value).toFixed(2);
+      trace();
+    });
+    return wrap;
+  };
+  const heads = document.createElement("div");
+  heads.className = "heads-toggle";
+  heads.appendChild(Draw.span("ablate head"));
+  for (let h = 0; h < m.n_head; h++) {
+    const t = stripButton(String(h), `zero head ${h}'s contribution in block ${b}`, e.ablate.has(`${b}.${h}`), () => {
+      e.ablate.has(`${b}.${h}`) ? e.ablate.delete(`${b}.${h}`) : e.ablate.add(`${b}.${h}`);
+      trace();
+    });
+    t.id = `ablate-${h}`;
+    heads.appendChild(t);
+  }
+  const replace = document.createElement("label");
+  replace.innerHTML = `<input type="checkbox" id="replace" ${e.replace.has(b) ? "checked" : ""}> replace instead of add (broken)`;
+  replace.querySelector("input").addEventListener("change", (ev) => { ev.target.checked ? e.replace.add(b) : e.replace.delete(b); trace(); });
+  const title = Draw.span(`block ${b}`, "facts");
+  const all = document.createElement("div");
+  all.className = "row2";
+  all.innerHTML = `<label><input type="checkbox" id="at-position" ${e.atPosition ? "checked" : ""}> only at the traced position</label>` +
+    `<button type="button" id="reset">reset all</button>`;
+  all.querySelector("#at-position").addEventListener("change", (ev) => { e.atPosition = ev.target.checked; trace(); });
+  all.querySelector("#reset").addEventListener("click", () => {
+    S.edits = { scale: {}, replace: new Set(), ablate: new Set(), atPosition: false, setInput: "" };
+    trace();
+  });
+  const vector = document.createElement("label");
+  const narrow = m.n_embd <= 16;
+  vector.innerHTML = `input vector at the traced position (block 0) <input id="set-input" value="${esc(e.setInput)}" ` +
+    (narrow ? `placeholder="e.g. ${Array(m.n_embd).fill(2).join(",")}"` : `disabled placeholder="for models of width 16 or less"`) + ">";
+  vector.querySelector("input").addEventListener("change", (ev) => { e.setInput = ev.target.value; trace(); });
+  const active = document.createElement("div");
+  active.id = "active";
+  active.textContent = compared() ? `set: ${S.data.interventions.join("; ")}` : "";
+  box.replaceChildren(title, scale("attention", "attention scale"), scale("ffn", "FFN scale"), replace, heads, all, vector, active);
+}
+
+// ---------------------------------------------------------------- start
+
+function bindSampling() {
+  const s = S.sampling;
+  const bind = (id, key, format) => {
+    const input = $(id), out = $(`${id}-value`);
+    input.value = s[key];
+    out.textContent = format(s[key]);
+    input.addEventListener("input", () => {
+      s[key] = Number(input.value);
+      out.textContent = format(s[key]);
+      nextTokens();
+    });
+  };
+  $("top-k").max = Math.min(100, S.model.writable);
+  bind("temperature", "temperature", (v) => v.toFixed(2));
+  bind("top-k", "top_k", (v) => (v ? String(v) : "off"));
+  bind("top-p", "top_p", (v) => (v < 1 ? v.toFixed(2) : "off"));
+  $(s.greedy ? "greedy" : "sampled").checked = true;
+  $("seed").value = s.seed;
+  for (const id of ["greedy", "sampled"]) $(id).addEventListener("change", () => (s.greedy = $("greedy").checked));
+  $("seed").addEventListener("change", () => { const v = parseInt($("seed").value, 10); if (v >= 0) s.seed = v; });
+  $("step").addEventListener("click", step);
+}
+
+async function start() {
+  S.model = await (await fetch("/api/model")).json();
+  const m = S.model;
+  S.sampling = { ...m.sample };
+  const timing = document.createElement("span");
+  timing.id = "timing";
+  $("about").title = m.run;
+  $("about").textContent = `${m.run.split("/").pop()}: ${m.n_layer} block${m.n_layer > 1 ? "s" : ""}, ${m.n_head} heads, width ${m.n_embd}, ` +
+    `FFN ${m.ffn_hidden}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ${m.vocab_size} tokens · `;
+  $("about").appendChild(timing);
+  $("prompt").value = m.prompt;
+  S.source = { prompt: m.prompt };
+  bindSampling();
+  $("form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    S.source = { prompt: $("prompt").value };
+    S.position = null;
+    S.appendedFrom = null;
+    trace();
+  });
+  $("tokens").addEventListener("keydown", moveAmongTokens);
+  let resizing = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizing);
+    resizing = setTimeout(() => S.data && render(), 150);
+  });
+  trace();
+}
+
+start();

@@ -1,0 +1,291 @@
+"""minigpt/explorer.py, in-process: what `minigpt explore`'s page is answered. The distribution is
+sampling's own `next_token_distribution` of the traced logits, bit for bit; the step is the token
+`sample` appends; the attention matrices travel as the model's own bytes; the residual adds the
+diagram draws are the model's adds; a padded vocabulary is never drawn; refusals name the request's
+fields, never a flag. The Host rules that keep other sites out (commands/explore.py) are here too."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import train_tiny_run
+
+import minigpt
+from minigpt.commands.explore import Served
+from minigpt.config import load_config
+from minigpt.errors import MinigptError
+from minigpt.explorer import BARS, RESIDUAL_ADDS, Explorer
+from minigpt.generate import next_token_distribution
+from minigpt.model import MiniGPT
+from minigpt.run import model_payload, write_run_files
+from minigpt.tokenizer import TextTokenizer, train_tokenizer
+from minigpt.trace import row_norm
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return train_tiny_run(tmp_path_factory.mktemp("explorer"), "--set", "model.n_layer=2")
+
+
+@pytest.fixture(scope="module")
+def explorer(run_dir):
+    return Explorer(minigpt.load(run_dir))
+
+
+def logits_at(run, prompt: str, position: int | None = None, **edits) -> torch.Tensor:
+    trace = run.trace(prompt, position=position, compare=False, **edits)
+    return trace.stage(None, "logits")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": 0.5},
+        {"temperature": 1.7, "top_k": 5},
+        {"temperature": 0.8, "top_p": 0.6},
+        {"temperature": 1.0, "top_k": 3, "top_p": 0.5},
+    ],
+)
+def test_the_bars_are_samples_own_distribution_of_the_traced_logits(explorer, settings):
+    run = explorer.run
+    answer = explorer.next_tokens({"prompt": "ROMEO:", "position": 4, **settings})
+    logits = logits_at(run, "ROMEO:", position=4)
+    expected = next_token_distribution(
+        logits, settings["temperature"], settings.get("top_k", 0), settings.get("top_p", 1.0)
+    )
+    plain = next_token_distribution(logits)
+    order = torch.sort(logits, descending=True, stable=True).indices[:BARS].tolist()
+    assert [c["id"] for c in answer["candidates"]] == order
+    assert [c["probability"] for c in answer["candidates"]] == [float(expected[i]) for i in order]
+    assert [c["unfiltered"] for c in answer["candidates"]] == [float(plain[i]) for i in order]
+    assert answer["kept"] == int((expected > 0).sum()) and answer["of"] == run.tokenizer.vocab_size
+    if "top_k" in settings:
+        assert answer["kept"] <= settings["top_k"]
+    assert "before" not in answer  # no intervention: one distribution
+
+
+def test_with_an_intervention_the_bars_show_both_passes(explorer):
+    run = explorer.run
+    request = {"prompt": "ROMEO", "scale": ["0.attention=0"], "temperature": 0.7}
+    answer = explorer.next_tokens(request)
+    after = next_token_distribution(logits_at(run, "ROMEO", scale={"0.attention": 0}), 0.7)
+    before = next_token_distribution(logits_at(run, "ROMEO"), 0.7)
+    assert [c["probability"] for c in answer["candidates"]] == [float(after[c["id"]]) for c in answer["candidates"]]
+    assert [c["probability"] for c in answer["before"]["candidates"]] == [
+        float(before[c["id"]]) for c in answer["before"]["candidates"]
+    ]
+
+
+def test_a_slider_move_reuses_the_traced_logits_instead_of_tracing_again(explorer, monkeypatch):
+    explorer.trace({"prompt": "ROMEO", "position": 2})
+    calls = []
+    monkeypatch.setattr(explorer.run, "trace", lambda *a, **k: calls.append(k))
+    for t in (0.3, 0.9, 1.5):
+        explorer.next_tokens({"prompt": "ROMEO", "position": 2, "temperature": t})
+    assert calls == []
+
+
+@pytest.mark.parametrize("settings", [{"greedy": True}, {"seed": 7}, {"seed": 8, "temperature": 1.3, "top_k": 4}])
+def test_a_step_appends_the_token_sample_appends(explorer, settings):
+    run = explorer.run
+    answer = explorer.step({"prompt": "ROMEO", **settings})
+    sampled = run.samples("ROMEO", max_new_tokens=1, **settings)[0]
+    ids = run.tokenizer.encode("ROMEO")
+    assert answer["ids"] == [*ids, sampled.token_ids[0]] and answer["id"] == sampled.token_ids[0]
+    assert answer["probability"] == sampled.token_probs[0]
+    assert answer["text"] == sampled.text
+    # The same tokens as ids: the same step.
+    assert explorer.step({"ids": ids, **settings})["id"] == answer["id"]
+
+
+def test_the_views_carry_every_attention_weight_exactly_and_every_rows_norm(explorer):
+    run = explorer.run
+    answer = explorer.trace({"prompt": "ROMEO: I", "position": 5, "views": True, "ablate_head": ["1.0"]})
+    trace = run.trace("ROMEO: I", position=5, ablate_head=["1.0"])
+    for b, packed in enumerate(answer["views"]["attention"]):
+        weights = np.frombuffer(base64.b64decode(packed["data"]), dtype="<f4").reshape(packed["shape"])
+        assert packed["dtype"] == "float32"
+        assert torch.equal(torch.from_numpy(weights.copy()), trace.after.whole(b, "attention_weights"))
+        # the traced row is `trace --json`'s attention_weights, exactly
+        assert weights[:, 5, :6].tolist() == answer["after"]["blocks"][b]["attention_weights"]
+    norms = answer["views"]["norms"]
+    assert set(norms) == {"before", "after"}
+    for name, tr in (("before", trace.before), ("after", trace.after)):
+        for b, block in enumerate(tr.blocks):
+            assert norms[name]["blocks"][b] == {
+                "input": row_norm(block.input.row),
+                **{stage: row_norm(row) for stage, row in block.stages.items()},
+            }
+        assert norms[name]["final_norm"] == row_norm(tr.final_norm.row)
+    for b, block in enumerate(answer["stages"]):  # --compare's own norms agree
+        assert {k: c["norm_after"] for k, c in block.items()} == norms["after"]["blocks"][b]
+    plain = {k: v for k, v in answer.items() if k != "views"}
+    assert plain == trace.as_dict()  # beside the views, the trace is what trace --json prints
+
+
+def test_float64_runs_send_float64_weights(tmp_path):
+    explorer = Explorer(minigpt.load(Path(__file__).resolve().parents[1] / "data" / "lesson09"))
+    packed = explorer.trace({"ids": [0, 1, 2], "views": True})["views"]["attention"][0]
+    weights = np.frombuffer(base64.b64decode(packed["data"]), dtype="<f8").reshape(packed["shape"])
+    assert (
+        packed["dtype"] == "float64"
+        and weights[:, 2, :3].tolist() == explorer.trace({"ids": [0, 1, 2]})["blocks"][0]["attention_weights"]
+    )
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_the_residual_adds_the_diagram_draws_are_the_models_adds(position):
+    """Each add named in RESIDUAL_ADDS is its source plus the stage computed just before it, at
+    every position, exactly (the page draws its skip connection from that source)."""
+    cfg = load_config(
+        None,
+        [
+            f'model.norm_position="{position}"',
+            "model.n_layer=2",
+            "model.n_embd=16",
+            "model.n_head=2",
+            "model.ffn_hidden=32",
+            "model.context=8",
+        ],
+    )
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, vocab_size=10).eval()
+    tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefghij"))
+    from minigpt.trace import trace_position
+
+    trace = trace_position(model, tokenizer, [1, 2, 3, 4])
+    for b, block in enumerate(trace.blocks):
+        order = ["input", *block.stages]
+        for add, source in RESIDUAL_ADDS[position].items():
+            update = order[order.index(add) - 1]
+
+            def whole(name, b=b):
+                if name == "input":
+                    return trace.whole(None, "input") if b == 0 else trace.whole(b - 1, "output")
+                return trace.whole(b, name)
+
+            assert order.index(source) < order.index(update) < order.index(add)
+            assert torch.equal(whole(add), whole(source) + whole(update)), (b, add)
+
+
+@pytest.fixture
+def padded_run(tmp_path, tiny_config):
+    """A char run whose model has 8 rows past its tokenizer's ids, rows made to win every draw."""
+    text = (tmp_path / "tiny.txt").read_text(encoding="utf-8")
+    tokenizer = TextTokenizer(train_tokenizer("char", 0, text))
+    cfg = load_config(tiny_config)
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, vocab_size=tokenizer.vocab_size + 8).eval()
+    with torch.no_grad():
+        model.final_norm.weight.fill_(0.01)  # the final norm's output is nearly its bias, all tens,
+        model.final_norm.bias.fill_(10.0)
+        model.head.weight[tokenizer.vocab_size :] = 1.0  # which the padded rows read as logits of ~160
+    (tmp_path / "padded").mkdir()
+    write_run_files(tmp_path / "padded", cfg, tokenizer, model_payload(cfg, model, tokenizer.vocab_size))
+    return tmp_path / "padded"
+
+
+def test_a_padded_vocabulary_is_never_drawn_nor_barred(padded_run):
+    explorer = Explorer(minigpt.load(padded_run))
+    writable = explorer.run.tokenizer.vocab_size
+    plain = explorer.trace({"prompt": "ROMEO"})
+    assert plain["next_tokens"][0]["id"] >= writable  # the trace ranks every row, padding included
+    answer = explorer.next_tokens({"prompt": "ROMEO", "temperature": 1.0})
+    assert all(c["id"] < writable for c in answer["candidates"]) and answer["of"] == writable
+    assert explorer.model_info()["writable"] == writable
+    for seed in range(5):
+        assert explorer.step({"prompt": "ROMEO", "seed": seed})["id"] < writable
+    assert explorer.step({"prompt": "ROMEO", "greedy": True})["id"] < writable
+
+
+@pytest.mark.parametrize(
+    "call, body, message",
+    [
+        ("next_tokens", {"prompt": "RO", "temperature": 0}, "temperature 0: [sample] temperature = 0 must be greater"),
+        ("next_tokens", {"prompt": "RO", "top_p": 1.5}, "top_p 1.5"),
+        ("next_tokens", {"prompt": "RO", "top_k": -1}, "top_k -1"),
+        ("step", {"prompt": "RO", "seed": "x"}, "seed x"),
+        ("step", {"ids": "0,1,2,3,4,5,6,7"}, "fills the position table (8 rows)"),
+        ("step", {"prompt": "RO", "ids": "1"}, "exactly one of prompt TEXT or ids"),
+        ("step", {"ids": []}, "ids is empty"),
+        ("trace", {"prompt": "RO", "views": "yes"}, "views 'yes' must be true or false"),
+        ("trace", {"ids": [1, "2"]}, "ids [1, '2'] must be a list of integers"),
+        ("trace", {"prompt": 3}, "prompt 3 must be a string"),
+        ("trace", {"prompt": "RO", "position": True}, "position True is not an integer"),
+        ("trace", {"prompt": "RO", "at_position": 1}, "at_position 1 must be true or false"),
+        ("trace", {"prompt": "RO", "set_input": [1, 2]}, "set_input [1, 2] must be a string"),
+        ("trace", ["a list"], "must be a JSON object"),
+        ("step", "text", "must be a JSON object"),
+    ],
+)
+def test_refusals_name_the_requests_fields_never_a_flag(explorer, call, body, message):
+    with pytest.raises(MinigptError) as caught:
+        getattr(explorer, call)(body)
+    assert message in str(caught.value) and "--" not in str(caught.value)
+
+
+def test_the_page_starts_where_sample_starts(explorer):
+    info = explorer.model_info()
+    s = explorer.run.cfg.sample
+    assert info["sample"] == {
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "greedy": s.greedy,
+        "seed": s.seed,
+    }
+    assert info["residual_adds"] == RESIDUAL_ADDS["pre"] and info["n_layer"] == 2
+    json.dumps(info)  # all of it JSON
+
+
+# ---------------------------------------------------------------- which Host and Origin are this server
+
+
+@pytest.mark.parametrize(
+    "bound, header, answered",
+    [
+        ("127.0.0.1", "127.0.0.1:8017", True),
+        ("127.0.0.1", "localhost:8017", True),
+        ("127.0.0.1", "LOCALHOST:8017", True),
+        ("127.0.0.1", "[::1]:8017", True),
+        ("127.0.0.1", "127.0.0.1:8018", False),  # another port: another server
+        ("127.0.0.1", "127.0.0.1", False),  # no port: port 80
+        ("127.0.0.1", "evil.example:8017", False),  # DNS rebinding: a name that resolved to us
+        ("127.0.0.1", "localhost.evil.example:8017", False),
+        ("127.0.0.1", "", False),
+        ("127.0.0.1", None, False),
+        ("localhost", "127.0.0.1:8017", True),
+        ("::1", "[::1]:8017", True),
+        ("0.0.0.0", "192.168.1.20:8017", True),  # every address: any IP literal, never a name
+        ("0.0.0.0", "[fe80::1]:8017", True),
+        ("0.0.0.0", "localhost:8017", True),
+        ("0.0.0.0", "evil.example:8017", False),
+        ("myhost.lan", "myhost.lan:8017", True),
+        ("myhost.lan", "127.0.0.1:8017", False),
+        ("192.168.1.20", "192.168.1.20:8017", True),
+        ("192.168.1.20", "192.168.1.21:8017", False),
+    ],
+)
+def test_the_server_answers_only_to_its_own_address(bound, header, answered):
+    assert Served(bound, 8017).names(header) is answered
+
+
+@pytest.mark.parametrize(
+    "origin, answered",
+    [
+        ("http://127.0.0.1:8017", True),
+        ("http://localhost:8017", True),
+        ("https://127.0.0.1:8017", False),
+        ("http://127.0.0.1:9999", False),
+        ("http://evil.example", False),
+        ("http://evil.example:8017", False),
+        ("null", False),  # a sandboxed frame or a file:// page
+    ],
+)
+def test_a_post_is_answered_only_from_the_servers_own_page(origin, answered):
+    assert Served("127.0.0.1", 8017).origin(origin) is answered
