@@ -28,7 +28,7 @@ from .io import atomic_write, atomic_write_text
 from .model import check_token_ids
 from .sources import TextFile, digest, list_files
 from .text import check_writable, encode, read_text, split_text
-from .token_cache import CACHE_FORMAT, cache_root, entry
+from .token_cache import CACHE_FORMAT, bounds, cache_root, entry
 from .tokenizer import TextTokenizer, train_tokenizer
 
 # What the commands and tests import from here.
@@ -113,7 +113,7 @@ def load_corpus(
         )
     _check_long_enough(corpus, cfg.model.context)
     for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
-        check_token_ids(ids, corpus.tokenizer.vocab_size)
+        check_token_ids(bounds(ids), corpus.tokenizer.vocab_size)
     return corpus
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -68,3 +69,26 @@ def write_npy(path: Path, chunks: Iterable[np.ndarray], length: int, dtype: type
             raise ValueError(f"{path}: wrote {written} ids, expected {length}")
 
     atomic_write(path, write, binary=True)
+
+
+def bounds(ids: np.ndarray, piece: int = 1 << 22) -> np.ndarray:
+    """The lowest and highest id of `ids` (none when empty). A memory-mapped array is read from its
+    file a piece at a time, not through the map: pages read through a map stay counted in the
+    process's resident memory for as long as the map lives, which for the batches is the whole run."""
+    if len(ids) == 0:
+        return ids[:0]
+    whole_map = isinstance(ids, np.memmap) and isinstance(ids.base, mmap.mmap) and ids.filename is not None
+    if not whole_map:  # in memory, or a view of a map (whose offset is not its own)
+        return np.array([ids.min(), ids.max()])
+    low, high = None, None
+    with open(ids.filename, "rb") as f:
+        f.seek(ids.offset)
+        left = len(ids)
+        while left:
+            chunk = np.fromfile(f, dtype=ids.dtype, count=min(piece, left))
+            if len(chunk) == 0:  # the file is shorter than its header says: damaged
+                raise ValueError(f"{ids.filename} is cut short")
+            low = chunk.min() if low is None else min(low, chunk.min())
+            high = chunk.max() if high is None else max(high, chunk.max())
+            left -= len(chunk)
+    return np.array([low, high])

@@ -474,3 +474,23 @@ def test_data_is_a_path_or_a_list_of_paths_resolved_against_the_config(tmp_path,
         path.write_text(f"[train]\ndata = {bad}\n", encoding="utf-8")
         with pytest.raises(MinigptError, match=r"is not a path or a list of paths"):
             load_config(path)
+
+
+def test_a_damaged_entry_is_made_again_and_an_id_out_of_range_never_reaches_the_model(config, books, isolated_cache):
+    loaded, _ = corpus(config)
+    first = [np.array(ids) for ids in (loaded.train_ids, loaded.val_ids)]  # off the maps cut short below
+    del loaded
+    joined = next(p.parent for p in isolated_cache.glob("*/documents.json"))
+    one_file = next(p for p in isolated_cache.glob("*/train.npy") if p.parent != joined)
+    for damaged in (one_file, joined / "val.npy"):
+        damaged.write_bytes(damaged.read_bytes()[:100])  # cut short
+    again, messages = corpus(config)
+    assert any("encoded 1 of them (2 from the token cache)" in m for m in messages), messages
+    assert np.array_equal(again.train_ids, first[0]) and np.array_equal(again.val_ids, first[1])
+    del again
+
+    ids = np.load(joined / "train.npy")
+    ids[-1] = 60_000  # a cache overwritten with an id no tokenizer of this run writes
+    np.save(joined / "train.npy", ids)
+    with pytest.raises(MinigptError, match="token id 60000 is not in the vocabulary"):
+        corpus(config)
