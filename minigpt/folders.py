@@ -95,7 +95,7 @@ def load_files(
     boundary = tokenizer.end_of_text
     if boundary is None:  # only a tokenizer given (a fine-tune's) can lack it: every fitted one has it
         raise MinigptError(
-            f"the run {option('init_from')} names has a tokenizer without {END_OF_TEXT!r}, the token that "
+            f"{option('init_from')} {cfg.train.init_from}: its tokenizer has no {END_OF_TEXT!r}, the token that "
             f"marks where one file ends and the next begins, so it cannot train on several files "
             f"({listing.describe()}); fine-tune on one file, or start from a run trained on several"
         )

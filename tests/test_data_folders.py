@@ -390,9 +390,9 @@ def test_a_char_tail_with_characters_no_head_has_is_refused_naming_the_file(conf
 def test_a_fine_tunes_tokenizer_without_an_end_of_text_token_is_refused(config, books):
     one_file = TextTokenizer(train_tokenizer("char", 0, TEXT[:20_000] + " café 🙂\r"))
     with pytest.raises(MinigptError) as excinfo:
-        corpus(config, tokenizer=one_file)
-    assert f"without {END_OF_TEXT!r}" in str(excinfo.value) and "3 files under" in str(excinfo.value)
-    assert "init_from" in str(excinfo.value)
+        corpus(config, "train.init_from=runs/one-file", tokenizer=one_file)
+    assert f"init_from {Path.cwd() / 'runs' / 'one-file'}: its tokenizer has no {END_OF_TEXT!r}" in str(excinfo.value)
+    assert "(3 files under" in str(excinfo.value)
 
 
 def test_another_ranks_files_are_compared_by_name_and_sha256(config, books):
