@@ -208,7 +208,14 @@ def _encode_files(
             failed, held[i] = exc, ids
 
     def parts(i: int) -> list[np.ndarray]:
-        return held[i] if i in held else read_ids(folders[i], "train.npy", "val.npy")
+        if i in held:
+            return held[i]
+        found = read_ids(folders[i], "train.npy", "val.npy")
+        if found is None:  # there a moment ago: something else removed it
+            raise MinigptError(
+                f"the token cache entry {folders[i]} of {files[i].path} went away while it was being used; run again"
+            )
+        return found
 
     counts = []
     for i in range(len(files)):

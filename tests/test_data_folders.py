@@ -494,3 +494,12 @@ def test_a_damaged_entry_is_made_again_and_an_id_out_of_range_never_reaches_the_
     np.save(joined / "train.npy", ids)
     with pytest.raises(MinigptError, match="token id 60000 is not in the vocabulary"):
         corpus(config)
+
+
+def test_the_resume_command_repeats_every_data(monkeypatch):
+    from minigpt.commands.options import TrainOptions
+    from minigpt.commands.train import _resume_command
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    options = TrainOptions(data=[Path("books"), Path("extra one.txt")], out=Path("runs/x"))
+    assert _resume_command(options) == "minigpt train --data books --data 'extra one.txt' --out runs/x --resume"
