@@ -358,20 +358,43 @@ def write_folder(folder: Path, files: int, megabytes: float) -> int:
     return total
 
 
+# Runs argv[2:] and writes its wall time and peak memory to argv[1]. A small process of its own:
+# on Linux a child's ru_maxrss starts at the resident size of the process it was spawned from (the
+# parent's address space is the child's until exec), so spawned from this script, which has torch
+# loaded, every figure would be at least this script's size.
+WAIT4 = r"""
+import json, os, sys, time
+started = time.perf_counter()
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - started
+with open(sys.argv[1], "w") as f:
+    json.dump({"wall_s": wall, "code": os.waitstatus_to_exitcode(status), "maxrss_kb": usage.ru_maxrss}, f)
+"""
+
+
 def timed_process(command: list[str], env: dict, cwd: Path) -> dict:
     """Run `command` to its end: wall time, and the peak resident memory of that process alone
-    (os.wait4's own rusage, not the maximum over every child this script ran)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=cwd, text=True)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
+    (os.wait4's rusage of it, from a small process that starts it; see WAIT4)."""
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as err:
+        report = Path(scratch) / "wait4.json"
+        subprocess.run(
+            [sys.executable, "-c", WAIT4, str(report), *command],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd=cwd,
+        )
         err.seek(0)
         stderr = err.read()
-    if process.returncode != 0:
+        measured = json.loads(report.read_text()) if report.exists() else {"code": None}
+    if measured["code"] != 0:
         raise SystemExit(f"bench: {' '.join(command)} failed:\n{stderr[-3000:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024), "stderr": stderr}
+    return {
+        "wall_s": round(measured["wall_s"], 2),
+        "peak_rss_mb": round(measured["maxrss_kb"] / 1024),
+        "stderr": stderr,
+    }
 
 
 def folder_benchmark(files: int, megabytes: float, config: str | None, env: dict) -> dict:
