@@ -1,6 +1,7 @@
 """The Python API, the layer the commands stand on: training a run, and a run opened for reading.
 
     result = minigpt.train(data="my.txt", out="runs/mine", steps=200, set={"model.n_layer": 2})
+    minigpt.train(data="books/", out="runs/books")      # every *.txt under a folder (or a list of paths)
     run = minigpt.load("runs/default")                 # or checkpoint="best"
     run.sample("ROMEO:", max_new_tokens=100, seed=1)    # the text; num_samples=3 gives a list
     run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
@@ -31,7 +32,7 @@ from .errors import MinigptError, option
 from .events import Listener
 from .generate import SampleResult, complete
 from .model import MiniGPT
-from .progress import TrainingProgress, characters
+from .progress import TrainingProgress, preparation
 from .run import load_model, reading_config
 from .scoring import Scores, score
 from .session import Session, TrainingSession
@@ -45,7 +46,7 @@ SAMPLE_SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "greedy", 
 
 
 def train(
-    data: str | Path | None = None,
+    data: str | Path | Sequence[str | Path] | None = None,
     out: str | Path | None = None,
     steps: int | None = None,
     *,
@@ -61,7 +62,8 @@ def train(
     preparing: Callable[[str], AbstractContextManager] | None = None,
 ) -> TrainResult:
     """Train a run: `config` (default: the shipped configs/default.toml) with `set` overrides, on
-    `data`, into the run folder `out`, for `steps` steps; `init_from` a run folder fine-tunes it
+    `data` (a text file, a folder of *.txt files, or a list of them), into the run folder `out`,
+    for `steps` steps; `init_from` a run folder fine-tunes it
     (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
@@ -69,7 +71,7 @@ def train(
     a notebook's stop button) finishes the step, saves a checkpoint and returns with `stopped`;
     `resume=True` continues. Returns the TrainResult (`result.run` is the folder to load)."""
     given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
-    flags = {f"train.{k}": (k, str(v) if isinstance(v, Path) else v) for k, v in given.items() if v is not None}
+    flags = {f"train.{k}": (k, _plain(v)) for k, v in given.items() if v is not None}
 
     def read_config() -> Config:
         if resume and force:
@@ -90,7 +92,7 @@ def train(
         resume=resume,
         force=force,
         preparing=preparing or (lambda message: nullcontext()),
-        progress=characters if progress else None,
+        progress=preparation if progress else None,
     )
     progress = progress and session.speaks  # under torchrun, rank 0 alone shows anything
     with session as s:
@@ -124,6 +126,13 @@ def train(
             f"with {option('force')}; {option('resume')} retries from step {saver.last_step} with the same settings"
         )
     return result
+
+
+def _plain(value: Any) -> Any:
+    """A path as the text config reads, a list of paths (several `data`) as a list of texts."""
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
 
 
 @contextmanager

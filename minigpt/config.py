@@ -96,7 +96,10 @@ class TokenizerConfig:
 
 @dataclass
 class TrainConfig:
-    data: str = _spec(str(DEFAULT_CORPUS), "UTF-8 text file to train on")
+    data: str | list[str] = _spec(
+        str(DEFAULT_CORPUS),
+        "UTF-8 text file to train on, a folder (every *.txt under it), or a list of files and folders",
+    )
     out: str = _spec("", "run folder; empty means runs/<config name> under the current directory")
     init_from: str = _spec(
         "",
@@ -179,6 +182,8 @@ SECTIONS: dict[str, type] = {
     "sample": SampleConfig,
 }
 PATH_KEYS = {("train", "data"), ("train", "out"), ("train", "init_from")}
+# Path keys that may also be a list of paths (a TOML array; a repeated option).
+PATH_LISTS = {("train", "data")}
 
 
 @dataclass
@@ -208,6 +213,8 @@ class Config:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -220,7 +227,23 @@ def _type_name(kind: type) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
 
 
+def _check_paths(section: str, key: str, value: Any, where: str) -> str | list[str]:
+    """A path or a non-empty list of paths; a list of one is that path (so `--data a.txt` and
+    `data = ["a.txt"]` are the run `data = "a.txt"` is, and its config.toml says so)."""
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return value[0] if len(value) == 1 else list(value)
+    if isinstance(value, str):
+        return value
+    literal = _toml_value(value) if isinstance(value, (bool, int, float, list)) else repr(value)
+    raise ConfigError(
+        f'{where}: [{section}] {key} = {literal} is not a path or a list of paths; expected e.g. "my.txt" or '
+        f'["a/", "b.txt"] (a file, a folder of *.txt files, or a list of them)'
+    )
+
+
 def _check_value(section: str, key: str, value: Any, where: str) -> Any:
+    if (section, key) in PATH_LISTS:
+        return _check_paths(section, key, value, where)
     cls = SECTIONS[section]
     spec = {f.name: f for f in fields(cls)}[key]
     kind = {"int": int, "float": float, "bool": bool, "str": str}[spec.type]
@@ -278,7 +301,7 @@ def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any
         raise _unknown(key, known, f"key in [{section}]:", where)
     value = _check_value(section, key, value, where)
     if (section, key) in PATH_KEYS and value:
-        value = _resolve_path(value, base)
+        value = [_resolve_path(v, base) for v in value] if isinstance(value, list) else _resolve_path(value, base)
     values[section][key] = value
 
 
@@ -299,7 +322,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 def _is_text_key(section: str, key: str) -> bool:
     cls = SECTIONS.get(section)
-    return cls is not None and any(f.name == key and f.type == "str" for f in fields(cls))
+    return cls is not None and any(f.name == key and f.type in ("str", "str | list[str]") for f in fields(cls))
 
 
 def _cross_checks(cfg: Config) -> None:
@@ -368,7 +391,8 @@ def load_config(
             _apply(values, section, key, value, where, base)
     for text in overrides:
         section, key, value = parse_override(text)
-        if _is_text_key(section, key) and not isinstance(value, str):
+        listed = isinstance(value, list) and (section, key) in PATH_LISTS  # train.data=["a/", "b.txt"]
+        if _is_text_key(section, key) and not isinstance(value, str) and not listed:
             value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
         _apply(values, section, key, value, f"{option('set')} {text}", Path.cwd())
         chosen.add((section, key))
@@ -388,7 +412,8 @@ def _apply_given(values: dict[str, dict[str, Any]], given: dict[str, tuple[str, 
     """Typed values for config keys, each named (in messages) by the option that gave it."""
     for name, (given_as, value) in given.items():
         section, _, key = name.partition(".")
-        _apply(values, section, key, value, f"{option(given_as)} {value}", Path.cwd())
+        shown = " ".join(map(str, value)) if isinstance(value, list) else value
+        _apply(values, section, key, value, f"{option(given_as)} {shown}", Path.cwd())
 
 
 def updated(cfg: Config, given: dict[str, tuple[str, Any]]) -> Config:

@@ -1,24 +1,21 @@
-"""Text file -> token ids -> batches.
+"""Text files -> token ids -> batches.
 
-The text is read as strict UTF-8, split into a training head and a contiguous validation tail
-(`val_fraction` of the characters), the tokenizer is fitted to the head only, and both splits are
-encoded with the library's batch encoder. Ids are cached as .npy files (uint16 for vocabularies up
-to 65,536) keyed by the file's sha256 and the tokenizer settings, then memory-mapped, so a second
-run on the same text starts at once; batches are gathered from the mapped ids and widened to int64
-per batch, so memory does not grow with the text.
+One file: the text is read as strict UTF-8, split into a training head and a contiguous validation
+tail (`val_fraction` of the characters), the tokenizer is fitted to the head only, and both splits
+are encoded with the library's batch encoder (text.py). Ids are cached as .npy files (uint16 for
+vocabularies up to 65,536) keyed by the file's sha256 and the tokenizer settings, then
+memory-mapped, so a second run on the same text starts at once; batches are gathered from the
+mapped ids and widened to int64 per batch, so memory does not grow with the text.
+
+Several files (a folder of *.txt files, or a list): folders.py joins them, each file's head into
+the training split and its tail into the validation split, an end-of-text token between files.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
-import math
-import os
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,47 +23,28 @@ import torch
 
 from . import failpoints
 from .config import Config
-from .errors import MinigptError, option
+from .errors import MinigptError
+from .folders import Progress, load_files, not_rank_0s
 from .io import atomic_write, atomic_write_text
 from .model import check_token_ids
-from .tokenizer import TextTokenizer, line_chunks, train_tokenizer
+from .sources import TextFile, digest, list_files
+from .text import check_writable, encode, read_text, split_text
+from .token_cache import CACHE_FORMAT, bounds, cache_root, entry
+from .tokenizer import TextTokenizer, train_tokenizer
 
-CACHE_FORMAT = 1  # bump when the cached files' meaning changes
-
-
-def cache_root() -> Path:
-    """MINIGPT_CACHE, else ~/.cache/minigpt (XDG_CACHE_HOME respected)."""
-    if os.environ.get("MINIGPT_CACHE"):
-        return Path(os.environ["MINIGPT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "minigpt"
+# What the commands and tests import from here.
+__all__ = ["CACHE_FORMAT", "Batches", "Corpus", "Document", "cache_root", "load_corpus", "read_text", "split_text"]
 
 
-def read_text(path: str | Path, what: str = "training text", given_as: str = "data") -> tuple[str, str]:
-    """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, with `what` and
-    the option `given_as` that names it, to score or to prompt with), saying why."""
-    path = Path(path)
-    if not path.exists():
-        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with {option(given_as)}")
-    if path.is_dir():
-        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with {option(given_as)}")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise MinigptError(f"{what} {path} cannot be read ({exc.strerror}); check its permissions") from None
-    if not raw:
-        raise MinigptError(f"{what} {path} is empty; pass a file with text in it")
-    nul = raw.find(b"\x00")
-    if nul >= 0:
-        raise MinigptError(f"{what} {path} looks binary (NUL byte at offset {nul}); pass a UTF-8 text file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MinigptError(
-            f"{what} {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
-            f"{exc.start}; convert it to UTF-8 (e.g. iconv -t UTF-8)"
-        ) from None
-    return text, hashlib.sha256(raw).hexdigest()
+@dataclass(frozen=True)
+class Document:
+    """One file of a corpus: the name and sha256 a run records it by, and how many tokens of each
+    split it gave (its training head, its validation tail)."""
+
+    name: str
+    sha256: str
+    train_tokens: int
+    val_tokens: int
 
 
 @dataclass
@@ -79,61 +57,88 @@ class Corpus:
     val_ids: np.ndarray
     train_bytes: int
     val_bytes: int
-    sha256: str
-    path: Path
+    sha256: str  # one file's own; several files': sources.digest of every (name, sha256)
+    path: Path  # the file, or the first path [train] data names
+    documents: list[Document] = field(default_factory=list)  # in order; one per file
+    source: str = ""  # the corpus in a few words, for messages (the file, or "3 files under DIR")
 
     @property
     def val_tokens_per_byte(self) -> float:
         return len(self.val_ids) / self.val_bytes
 
-
-def split_text(text: str, val_fraction: float) -> tuple[str, str]:
-    """Training head and validation tail, cut at a character boundary."""
-    cut = len(text) - max(1, math.floor(len(text) * val_fraction))
-    return text[:cut], text[cut:]
-
-
-def _encode(tokenizer: TextTokenizer, text: str, on_characters: Callable[[int], None]) -> np.ndarray:
-    """Ids of `text`, encoded a piece at a time straight into a compact array (a Python list of
-    ids would take 28 bytes an id)."""
-    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32  # half the cache for common vocabularies
-    pieces = []
-    for piece in line_chunks(text):
-        ids = tokenizer.encode_lines(piece.splitlines(keepends=True))
-        pieces.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype))
-        on_characters(len(piece))
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+    @property
+    def files(self) -> list[tuple[str, str]]:
+        """(name, sha256) of every file: what a checkpoint records and a resume compares."""
+        return [(d.name, d.sha256) for d in self.documents]
 
 
 @contextmanager
-def _no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+def _no_progress(label: str, total: int, unit: str = "char") -> Iterator[Callable[[int], None]]:
     yield lambda n: None
 
 
 def load_corpus(
     cfg: Config,
     on_status: Callable[[str], None] = lambda message: None,
-    progress: Callable[[str, int], ContextManager[Callable[[int], None]]] = _no_progress,
+    progress: Progress = _no_progress,
     tokenizer: TextTokenizer | None = None,
-    sha256: str | None = None,
+    same_as: list[tuple[str, str]] | None = None,
 ) -> Corpus:
     """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input.
-    `progress(label, total_characters)` gives a callable told how many characters were done, for
-    a progress bar on a large text (the command draws it; nothing is drawn here).
+    `progress(label, total)` gives a callable told how much was done, for a progress bar (the
+    command draws it; nothing is drawn here): characters of a large text, or with `unit="file"`
+    files of a corpus of several.
 
     `tokenizer`: encode with this one and never fit another (a fine-tune keeps its run's; the other
-    ranks of a data-parallel run use rank 0's). `sha256`: the text must be the one with that hash
-    (the text rank 0 trains on)."""
-    path = Path(cfg.train.data)
+    ranks of a data-parallel run use rank 0's). `same_as`: the (name, sha256) of the files it must
+    be (the files rank 0 trains on)."""
+    listing = list_files(cfg.train.data)
+    if listing.skipped:
+        shown = ", ".join(f.name for f in listing.skipped[:5]) + (" ..." if len(listing.skipped) > 5 else "")
+        on_status(f"note: skipped {len(listing.skipped)} empty file(s) (no text to train on): {shown}")
+    if len(listing.files) == 1:
+        corpus = _load_file(cfg, listing.files[0], on_status, progress, tokenizer, same_as)
+    else:
+        joined = load_files(cfg, listing, on_status, progress, tokenizer, same_as)
+        documents = [Document(name, sha, *count) for (name, sha), count in zip(joined.files, joined.counts)]
+        corpus = Corpus(
+            joined.tokenizer,
+            joined.train_ids,
+            joined.val_ids,
+            joined.train_bytes,
+            joined.val_bytes,
+            digest(joined.files),
+            listing.given[0],
+            documents,
+            listing.describe(),
+        )
+    _check_long_enough(corpus, cfg.model.context)
+    for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
+        check_token_ids(bounds(ids), corpus.tokenizer.vocab_size)
+    return corpus
+
+
+def _load_file(
+    cfg: Config,
+    file: TextFile,
+    on_status: Callable[[str], None],
+    progress: Progress,
+    tokenizer: TextTokenizer | None,
+    same_as: list[tuple[str, str]] | None,
+) -> Corpus:
+    """A corpus of one file: exactly the ids, tokenizer and sha256 a run on that file always had."""
+    path = file.path
     text, sha = read_text(path)
-    if sha256 is not None and sha != sha256:
+    if same_as is not None and len(same_as) != 1:
+        raise not_rank_0s(same_as, [(file.name, sha)])
+    if same_as is not None and sha != same_as[0][1]:
         raise MinigptError(
             f"training text {path} here is not the text rank 0 trains on (sha256 {sha[:12]}... != "
-            f"{sha256[:12]}...); every machine needs the same file at the same path"
+            f"{same_as[0][1][:12]}...); every machine needs the same file at the same path"
         )
     train_text, val_text = split_text(text, cfg.train.val_fraction)
     if tokenizer is not None:
-        _check_writable(tokenizer, text, path)
+        check_writable(tokenizer, text, path)
     elif cfg.tokenizer.kind == "char":
         unseen = sorted(set(val_text) - set(train_text))
         if unseen:
@@ -150,8 +155,7 @@ def load_corpus(
         if tokenizer is not None
         else {"kind": cfg.tokenizer.kind, "vocab_size": cfg.tokenizer.vocab_size}
     )
-    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
-    folder = cache_root() / key
+    folder = entry(settings)
     files = [folder / name for name in ("tokenizer.json", "train.npy", "val.npy")]
     cached = _read_cache(files) if all(f.exists() for f in files) else None
     if cached is not None and (tokenizer is None or cached[0].fingerprint() == tokenizer.fingerprint()):
@@ -166,7 +170,7 @@ def load_corpus(
                     train_tokenizer(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, train_text, advance)
                 )
         with progress("encoding the text", len(text)) as advance:
-            train_ids, val_ids = _encode(tokenizer, train_text, advance), _encode(tokenizer, val_text, advance)
+            train_ids, val_ids = encode(tokenizer, train_text, advance), encode(tokenizer, val_text, advance)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write(files[1], lambda f: np.save(f, train_ids), binary=True)
@@ -181,27 +185,18 @@ def load_corpus(
             else f"fitted a {cfg.tokenizer.kind} tokenizer to the training split and encoded {len(text):,} characters"
         )
         on_status(f"{done}; {where}")
-    corpus = Corpus(
-        tokenizer, train_ids, val_ids, len(train_text.encode("utf-8")), len(val_text.encode("utf-8")), sha, path
+    document = Document(file.name, sha, len(train_ids), len(val_ids))
+    return Corpus(
+        tokenizer,
+        train_ids,
+        val_ids,
+        len(train_text.encode("utf-8")),
+        len(val_text.encode("utf-8")),
+        sha,
+        path,
+        [document],
+        str(path),
     )
-    _check_long_enough(corpus, cfg.model.context)
-    for ids in (corpus.train_ids, corpus.val_ids):  # a damaged cache must not reach the model
-        check_token_ids(ids, tokenizer.vocab_size)
-    return corpus
-
-
-def _check_writable(tokenizer: TextTokenizer, text: str, path: Path) -> None:
-    """A tokenizer that was not fitted to this text (a fine-tune's) must write every character of it:
-    a char tokenizer's first unknown character is named with where it is."""
-    unknown = tokenizer.unknown_characters(text)
-    if unknown:
-        offset = min(text.find(c) for c in unknown)
-        line = text.count("\n", 0, offset) + 1
-        raise MinigptError(
-            f"training text {path} has {text[offset]!r} at character {offset:,} (line {line}), which the run's "
-            f"char tokenizer cannot write ({len(unknown)} such character(s) in all; it knows "
-            f"{tokenizer.vocab_size}); remove them, or start from a run with a byte-level tokenizer"
-        )
 
 
 def _read_cache(files: list[Path]) -> tuple[TextTokenizer, np.ndarray, np.ndarray] | None:
@@ -215,10 +210,11 @@ def _read_cache(files: list[Path]) -> tuple[TextTokenizer, np.ndarray, np.ndarra
 
 def _check_long_enough(corpus: Corpus, context: int) -> None:
     need = context + 1
+    what = f"training text {corpus.path}" if len(corpus.documents) <= 1 else f"training corpus ({corpus.source})"
     for name, ids in (("training", corpus.train_ids), ("validation", corpus.val_ids)):
         if len(ids) < need:
             raise MinigptError(
-                f"training text {corpus.path} is too short: its {name} split has {len(ids)} tokens, "
+                f"{what} is too short: its {name} split has {len(ids)} tokens, "
                 f"but one window needs context + 1 = {need}; use a longer text, a smaller "
                 f"[model] context, or another [train] val_fraction"
             )

@@ -1,5 +1,6 @@
 """Progress a person can watch, asked for with `progress=True`: a training bar (step, loss, the last
-validation loss, tokens/s and the time left) and a bar over a large text while it is tokenized.
+validation loss, tokens/s and the time left) and a bar over a large text (or many files) while it is
+tokenized.
 Both are tqdm's `auto` flavour: a widget in a notebook, a line on stderr in a terminal."""
 
 from __future__ import annotations
@@ -57,13 +58,19 @@ class TrainingProgress(Listener):
 
 
 @contextmanager
-def characters(label: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A bar over the characters of a large text (see data.load_corpus's `progress`)."""
+def preparation(label: str, total: int, unit: str = "char") -> Iterator[Callable[[int], None]]:
+    """A bar while a corpus is prepared (see data.load_corpus's `progress`): over the characters of a
+    large text, or over the files of a corpus of several (shown once they take more than a moment:
+    many files, or a lot of text in them)."""
+    from tqdm.auto import tqdm
+
+    if unit == "file":
+        with tqdm(total=total, desc=label, unit="file", dynamic_ncols=True, leave=False, delay=1.0) as bar:
+            yield bar.update
+        return
     if total < FROM_CHARACTERS:
         yield lambda n: None
         return
-    from tqdm.auto import tqdm
-
     with tqdm(total=total, desc=label, unit="char", unit_scale=True, dynamic_ncols=True, leave=False) as bar:
         yield bar.update
 

@@ -24,7 +24,7 @@ import pickle
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -36,6 +36,7 @@ from .events import Diverged, EvalDone, Listener, StepDone
 from .io import atomic_folder, atomic_write, atomic_write_text
 from .memory import check_memory, parameter_count, reading_bytes
 from .model import MiniGPT
+from .sources import first_difference
 from .tokenizer import TextTokenizer
 
 CONFIG_FILE = "config.toml"
@@ -171,16 +172,22 @@ def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> 
         )
 
 
+class CorpusIdentity(Protocol):
+    """What a resume compares of a corpus (data.Corpus has it)."""
+
+    sha256: str  # the file's, or the digest of every file's name and sha256
+    path: Path
+    source: str  # the corpus in a few words
+    files: list[tuple[str, str]]  # (name, sha256) of every file
+
+
 def check_resume(
-    payload: dict[str, Any],
-    cfg: Config,
-    tokenizer: TextTokenizer,
-    corpus_sha256: str,
-    corpus_path: Path,
-    processes: int = 1,
+    payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer, corpus: CorpusIdentity, processes: int = 1
 ) -> None:
-    """A resume must compute what the interrupted run would have: same config, tokenizer and text.
-    `cfg` holds the global batch (batch_size x `processes`, the run's identity under torchrun)."""
+    """A resume must compute what the interrupted run would have: same config, text and tokenizer.
+    `cfg` holds the global batch (batch_size x `processes`, the run's identity under torchrun).
+    The text comes before the tokenizer: a tokenizer fitted to a changed text differs too, and
+    the text is what to name."""
     stored = payload["identity"]
     now = training_identity(cfg)
     if config_hash(now) != payload["hashes"]["config"]:
@@ -211,16 +218,22 @@ def check_resume(
             f"{option('resume')} refused: the config differs from the checkpoint's "
             f"({'; '.join(diffs)} (now != checkpoint)); {advice}"
         )
+    if corpus.sha256 != payload["hashes"]["corpus"]:
+        then = payload.get("corpus_files")  # absent from checkpoints written before runs had several files
+        if then is not None and max(len(then), len(corpus.files)) > 1:
+            raise MinigptError(
+                f"{option('resume')} refused: the training files ({corpus.source}) differ from the ones the "
+                f"checkpoint was trained on: {first_difference(then, corpus.files)}; resume with the original files"
+            )
+        raise MinigptError(
+            f"{option('resume')} refused: the corpus {corpus.path} differs from the one the checkpoint was "
+            f"trained on (sha256 {corpus.sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
+            f"resume with the original text"
+        )
     if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
         raise MinigptError(
             f"{option('resume')} refused: the tokenizer differs from the one the checkpoint was trained "
             f"with (tokenizer.json hash changed); start a new run with {option('force')} or another {option('out')}"
-        )
-    if corpus_sha256 != payload["hashes"]["corpus"]:
-        raise MinigptError(
-            f"{option('resume')} refused: the corpus {corpus_path} differs from the one the checkpoint was "
-            f"trained on (sha256 {corpus_sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
-            f"resume with the original text"
         )
 
 

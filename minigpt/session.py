@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import distributed, memory
+from . import distributed, memory, sources
 from . import run as run_folder
 from .config import Config, ModelConfig, TokenizerConfig
 from .data import Batches, Corpus, load_corpus
@@ -156,6 +156,8 @@ class Session:
             rng=rng_states(self.generator),
             hashes=self.hashes(),
             identity=run_folder.training_identity(self.identity_cfg),
+            # Every file's name and sha256, so a refused resume can say which file changed.
+            corpus_files=[list(f) for f in self.corpus.files],
         )
         if self.origin is not None:
             state["origin"] = asdict(self.origin)
@@ -270,17 +272,17 @@ def rank_device(name: str, world: World) -> str:
 
 
 def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> Session:
-    """The other ranks build the session rank 0 prepared. Rank 0 sends its tokenizer, the text's
-    sha256 and its starting state (a checkpoint payload), so no other rank reads the run folder,
-    fits a tokenizer or needs rank 0's files: another machine needs only the same training text
-    at the same path (its ids come from its own cache, or are encoded there once)."""
+    """The other ranks build the session rank 0 prepared. Rank 0 sends its tokenizer, the names and
+    sha256s of its training files and its starting state (a checkpoint payload), so no other rank
+    reads the run folder, fits a tokenizer or needs rank 0's files: another machine needs only the
+    same training files at the same path (its ids come from its own cache, or are encoded there once)."""
     sent = distributed.share(
         world,
         (
             shared_settings(cfg),
             (session.cfg.model, session.cfg.tokenizer),
             session.corpus.tokenizer.to_str(),
-            session.corpus.sha256,
+            session.corpus.files,
             session.checkpoint(session.step),
         )
         if world.is_main
@@ -288,7 +290,7 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
     )
 
     def build_here() -> Session:
-        settings, (model, tokenizer), tokenizer_json, sha256, payload = sent
+        settings, (model, tokenizer), tokenizer_json, files, payload = sent
         differences = run_folder.sections_differences(shared_settings(cfg), settings)
         if differences:  # the ranks would train different runs, or wait on each other at different steps
             raise MinigptError(
@@ -296,7 +298,7 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
                 f"launch every process with the same config file, {option('set')} values and options"
             )
         here = replace(cfg, model=model, tokenizer=tokenizer)  # a fine-tune's, from the run it starts from
-        corpus = load_corpus(here, tokenizer=TextTokenizer.from_str(tokenizer_json), sha256=sha256)
+        corpus = load_corpus(here, tokenizer=TextTokenizer.from_str(tokenizer_json), same_as=files)
         joined = _build_checked(here, corpus, payload, world)
         joined.resumed = resume
         joined.origin = Origin(**payload["origin"]) if "origin" in payload else None
@@ -348,14 +350,12 @@ def _prepare(
         run_folder.check_model_matches(cfg, payload, run_dir)
 
     notes: list[str] = []
-    with preparing(f"preparing {tc.data} (tokenizer and token ids) ..."):
+    with preparing(f"preparing {sources.describe(tc.data)} (tokenizer and token ids) ..."):
         corpus = load_corpus(
             cfg, on_status=notes.append, tokenizer=tokenizer, **({"progress": progress} if progress else {})
         )
     if payload is not None:
-        run_folder.check_resume(
-            payload, global_batch_config(cfg, world), corpus.tokenizer, corpus.sha256, corpus.path, world.size
-        )
+        run_folder.check_resume(payload, global_batch_config(cfg, world), corpus.tokenizer, corpus, world.size)
 
     if tc.sample_every:  # samples during training: a prompt the table cannot hold is refused, never cropped
         check_context(

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from .errors import MinigptError
 
 KINDS = ("bpe", "char", "byte")  # what `train_tokenizer` fits to a text
 IMPORTED = "imported"  # [tokenizer] kind of a run whose tokenizer came with an imported model (convert.py)
+# The boundary between two files of a corpus, GPT-2's spelling: an added token, so it stands for its
+# own text (the same text in a file or a prompt is that id too, as in GPT-2).
+END_OF_TEXT = "<|endoftext|>"
 
 _HEX_BYTES = "minigpt-hex-bytes"
 codecs.register_error(
@@ -81,18 +84,27 @@ def char_tokenizer(vocab: dict[str, int]) -> Tokenizer:
 
 
 def train_tokenizer(
-    kind: str, vocab_size: int, text: str, on_characters: Callable[[int], None] = lambda n: None
+    kind: str,
+    vocab_size: int,
+    text: str | Iterable[str],
+    on_characters: Callable[[int], None] = lambda n: None,
+    end_of_text: bool = False,
 ) -> Tokenizer:
-    """A new tokenizer of `kind` fitted to `text` (the training split only, never validation).
-    `on_characters(n)` is told as the text is read, for a progress bar."""
+    """A new tokenizer of `kind` fitted to `text` (the training split only, never validation): one
+    string, or pieces of text, each cut after a newline (several files' training parts, read one
+    at a time). `on_characters(n)` is told as the text is read, for a progress bar. `end_of_text`:
+    with END_OF_TEXT as a special token, the boundary between files (for BPE one of the
+    `vocab_size` ids, id 0; for char and byte one more id, the last)."""
+    pieces = line_chunks(text) if isinstance(text, str) else text
     if kind == "bpe":
         tok = byte_level_tokenizer(models.BPE())
+        special = {"special_tokens": [AddedToken(END_OF_TEXT, special=True)]} if end_of_text else {}
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+            vocab_size=vocab_size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **special
         )
 
         def lines() -> Iterator[list[str]]:
-            for piece in line_chunks(text):
+            for piece in pieces:
                 yield piece.splitlines(keepends=True)
                 on_characters(len(piece))
 
@@ -101,15 +113,23 @@ def train_tokenizer(
     if kind == "byte":
         # id == byte value, so a learner can read ids as bytes.
         vocab = {BYTE_TO_UNICODE[b]: b for b in range(256)}
-        return byte_level_tokenizer(models.BPE(vocab=vocab, merges=[]))
-    if kind == "char":
-        return char_tokenizer({ch: i for i, ch in enumerate(sorted(set(text)))})
-    if kind == IMPORTED:
+        tok = byte_level_tokenizer(models.BPE(vocab=vocab, merges=[]))
+    elif kind == "char":
+        seen: set[str] = set()
+        for piece in pieces:
+            seen.update(piece)
+            on_characters(len(piece))
+        tok = char_tokenizer({ch: i for i, ch in enumerate(sorted(seen))})
+    elif kind == IMPORTED:
         raise MinigptError(
             f'[tokenizer] kind = "{IMPORTED}" is the tokenizer an imported model came with, kept as it is and never '
             f"fitted to a text; choose one of {', '.join(KINDS)} to train a new model"
         )
-    raise MinigptError(f"tokenizer kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
+    else:
+        raise MinigptError(f"tokenizer kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
+    if end_of_text:
+        tok.add_special_tokens([AddedToken(END_OF_TEXT, special=True)])
+    return tok
 
 
 class TextTokenizer:
@@ -155,6 +175,11 @@ class TextTokenizer:
     def fingerprint(self) -> str:
         """sha256 of the serialised tokenizer: what a checkpoint records and a resume compares."""
         return hashlib.sha256(self.to_str().encode("utf-8")).hexdigest()
+
+    @property
+    def end_of_text(self) -> int | None:
+        """The id of END_OF_TEXT (the boundary between a corpus's files), or None without one."""
+        return self.tok.token_to_id(END_OF_TEXT)
 
     def unknown_characters(self, text: str) -> list[str]:
         return [] if self.alphabet is None else sorted(set(text) - self.alphabet)

@@ -18,7 +18,10 @@ where it matters, so both see the same machine at the same moment):
   - a sampling call as a user makes it (`minigpt sample -p "ROMEO:" -n 200`, start to exit) against
     a bare `python -c "import torch"`;
   - a 100 MB text (made here from the shipped corpus, deleted afterwards): reading, tokenizer
-    fitting and caching time and peak memory, and the time to the first step of a second run.
+    fitting and caching time and peak memory, and the time to the first step of a second run;
+  - a folder of 1,000 files totalling 200 MB (made the same way): `minigpt train --data FOLDER
+    --steps 1`, wall time and peak memory with the token cache empty and then warm (`--only folder`
+    measures this alone).
 The report is printed as one table and written as JSON (--json-out) with the machine's description.
 Nothing here belongs in the test suite.
 """
@@ -340,6 +343,95 @@ def large_text(megabytes: int, env: dict) -> dict:
         return {"megabytes": round(big.stat().st_size / 1e6, 1), "first_run": runs[0], "cached_run": runs[1]}
 
 
+def write_folder(folder: Path, files: int, megabytes: float) -> int:
+    """`files` text files totalling about `megabytes` MB in ten subfolders, each a different stretch
+    of the shipped corpus (so no two are the same file); returns the bytes written."""
+    corpus = (ROOT / "data" / "tinyshakespeare.txt").read_text(encoding="utf-8")
+    size = round(megabytes * 1_000_000 / files)
+    wrapped = corpus * (size // len(corpus) + 2)
+    total = 0
+    for i in range(files):
+        start = i * 7919 % len(corpus)
+        path = folder / f"part{i % 10}" / f"{i:04d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        total += path.write_bytes(wrapped[start : start + size].encode("utf-8"))
+    return total
+
+
+# Runs argv[2:] and writes its wall time and peak memory to argv[1]. A small process of its own:
+# on Linux a child's ru_maxrss starts at the resident size of the process it was spawned from (the
+# parent's address space is the child's until exec), so spawned from this script, which has torch
+# loaded, every figure would be at least this script's size.
+WAIT4 = r"""
+import json, os, sys, time
+started = time.perf_counter()
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - started
+with open(sys.argv[1], "w") as f:
+    json.dump({"wall_s": wall, "code": os.waitstatus_to_exitcode(status), "maxrss_kb": usage.ru_maxrss}, f)
+"""
+
+
+def timed_process(command: list[str], env: dict, cwd: Path) -> dict:
+    """Run `command` to its end: wall time, and the peak resident memory of that process alone
+    (os.wait4's rusage of it, from a small process that starts it; see WAIT4)."""
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as err:
+        report = Path(scratch) / "wait4.json"
+        subprocess.run(
+            [sys.executable, "-c", WAIT4, str(report), *command],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd=cwd,
+        )
+        err.seek(0)
+        stderr = err.read()
+        measured = json.loads(report.read_text()) if report.exists() else {"code": None}
+    if measured["code"] != 0:
+        raise SystemExit(f"bench: {' '.join(command)} failed:\n{stderr[-3000:]}")
+    return {
+        "wall_s": round(measured["wall_s"], 2),
+        "peak_rss_mb": round(measured["maxrss_kb"] / 1024),
+        "stderr": stderr,
+    }
+
+
+def folder_benchmark(files: int, megabytes: float, config: str | None, env: dict) -> dict:
+    """`minigpt train --data FOLDER --steps 1` on a folder of `files` files totalling `megabytes` MB,
+    as a user runs it: first with an empty token cache (every file read, the tokenizer fitted to
+    every head, every file encoded and the splits joined), then again with the cache warm. Wall time
+    and peak resident memory of each."""
+    with tempfile.TemporaryDirectory(prefix="minigpt-bench-folder-") as scratch:
+        folder = Path(scratch) / "corpus"
+        written = write_folder(folder, files, megabytes)
+        child_env = {**env, "MINIGPT_CACHE": str(Path(scratch) / "cache")}
+        command = [sys.executable, "-m", "minigpt", "train", "--data", str(folder), "--steps", "1"]
+        command += ["--out", str(Path(scratch) / "run"), "--force"] + (["-c", config] if config else [])
+        runs = []
+        for _ in range(2):
+            r = timed_process(command, child_env, ROOT)
+            found = re.search(r"([\d,]+) train / ([\d,]+) val tokens", r.pop("stderr"))
+            if found:
+                r |= {"train_tokens": int(found[1].replace(",", "")), "val_tokens": int(found[2].replace(",", ""))}
+            runs.append(r)
+    return {
+        "files": files,
+        "megabytes": round(written / 1e6, 1),
+        "command": "minigpt train --data FOLDER --steps 1" + (f" -c {config}" if config else ""),
+        "first_run": runs[0],
+        "cached_run": runs[1],
+    }
+
+
+def print_folder(f: dict) -> None:
+    a, b = f["first_run"], f["cached_run"]
+    print(
+        f"folder of {f['files']:,} files, {f['megabytes']} MB ({f['command']}): first run {a['wall_s']} s, "
+        f"peak {a['peak_rss_mb']} MB; with the cache {b['wall_s']} s, peak {b['peak_rss_mb']} MB"
+    )
+
+
 # ---------------------------------------------------------------- nanoGPT
 
 
@@ -458,6 +550,11 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=30, help="timed training steps per variant")
     parser.add_argument("--new-tokens", type=int, default=1000, help="tokens generated per sampling run")
     parser.add_argument("--large-mb", type=int, default=100, help="size of the generated large text")
+    parser.add_argument("--folder-files", type=int, default=1000, help="files in the generated folder")
+    parser.add_argument("--folder-mb", type=float, default=200, help="size of the generated folder, in all")
+    parser.add_argument(
+        "--only", choices=["folder"], default=None, help="measure this part alone (and the machine), nothing else"
+    )
     parser.add_argument(
         "--json-out",
         type=Path,
@@ -481,6 +578,16 @@ def main() -> None:
     threads = torch.get_num_threads()
     report: dict = {"machine": machine(), "config": args.config or "configs/default.toml", "rows": []}
     rows = report["rows"]
+    if args.only == "folder":
+        try:
+            report["folder"] = folder_benchmark(args.folder_files, args.folder_mb, args.config, env)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print_folder(report["folder"])
+        print(f"\n(JSON: {args.json_out})")
+        return
 
     def row(name: str, minigpt: float | None, nanogpt: float | None, unit: str, target: str, better: str = "higher"):
         # "higher": minigpt / nanoGPT; "lower": nanoGPT / minigpt (both: bigger is better for minigpt);
@@ -623,6 +730,7 @@ def main() -> None:
                 better="of-reference",
             )
             report["large_text"] = large_text(args.large_mb, env)
+            report["folder"] = folder_benchmark(args.folder_files, args.folder_mb, args.config, env)
         torch.set_num_threads(threads)
         again = {"float32": round(matmul_peak(torch.float32)), "bfloat16": round(matmul_peak(torch.bfloat16))}
         report["matmul_gflops"] = {k: max(v, again[k]) for k, v in report["matmul_gflops"].items()}
@@ -681,6 +789,8 @@ def print_table(report: dict, default_config: str) -> None:
             f"with the cache the first step is done {b['first_step_after_launch_s']} s after launch "
             f"({b['first_step_after_imports_s']} s after imports, peak {b['peak_rss_mb']} MB)"
         )
+    if "folder" in report:
+        print_folder(report["folder"])
     if "minigpt_full_run" in report:
         f = report["minigpt_full_run"]
         print(

@@ -52,3 +52,22 @@ def test_sampling_benchmark_reports_both_speeds_on_the_same_tokens(bench, tiny_c
     assert report["same_tokens"] is True
     assert report["with_kv_cache_tokens_per_s"] > 0 and report["without_kv_cache_tokens_per_s"] > 0
     assert report["device"] == "cpu" and report["dtype"] == "float32"
+
+
+def test_the_folder_benchmark_writes_distinct_files_and_measures_each_process_alone(bench, tmp_path):
+    import hashlib
+    import os
+    import sys
+
+    written = bench.write_folder(tmp_path / "corpus", files=20, megabytes=0.2)
+    files = sorted((tmp_path / "corpus").rglob("*.txt"))
+    assert len(files) == 20 and len({p.parent for p in files}) == 10
+    assert written == sum(p.stat().st_size for p in files) and abs(written - 200_000) < 1_000
+    assert len({hashlib.sha256(p.read_bytes()).hexdigest() for p in files}) == 20  # no two the same
+    big = bench.timed_process(
+        [sys.executable, "-c", "b = bytearray(200_000_000); b[::4096] = b'x' * len(b[::4096])"],
+        dict(os.environ),
+        tmp_path,
+    )
+    small = bench.timed_process([sys.executable, "-c", "pass"], dict(os.environ), tmp_path)
+    assert big["peak_rss_mb"] >= 190 and small["peak_rss_mb"] < 100  # the second is not the first's maximum

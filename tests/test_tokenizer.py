@@ -154,12 +154,12 @@ def test_line_chunks_cut_only_at_line_ends_and_lose_nothing(size):
 def test_a_text_encoded_in_pieces_gives_the_ids_of_the_whole(tmp_path):
     import numpy as np
 
-    from minigpt import data
+    from minigpt.text import encode
 
     text = "".join(f"line {i}: é日 the quick brown fox\n" for i in range(500))
     tokenizer = TextTokenizer(train_tokenizer("bpe", 300, text))
     seen = []
-    ids = data._encode(tokenizer, text, seen.append)
+    ids = encode(tokenizer, text, seen.append)
     assert ids.dtype == np.uint16 and ids.tolist() == tokenizer.encode(text)
     assert sum(seen) == len(text)
 

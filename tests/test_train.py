@@ -348,13 +348,30 @@ def test_resume_on_an_edited_corpus_is_refused(cli, tiny_config, tiny_text, tmp_
     assert snapshot(run) == before
 
 
-def test_resume_with_a_changed_tokenizer_is_refused(cli, tiny_config, tiny_text, tmp_path):
+def test_resume_with_a_changed_tokenizer_is_refused(cli, tiny_config, tiny_text, tmp_path, isolated_cache):
+    # The same config and text, another tokenizer (as another tokenizers release might fit): the
+    # cached tokenizer is replaced by one with a character more.
+    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+
+    run = tmp_path / "run"
+    train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
+    before = snapshot(run)
+    [cached] = isolated_cache.glob("*/tokenizer.json")
+    head = tiny_text.read_text(encoding="utf-8")[:18_000]
+    cached.write_text(TextTokenizer(train_tokenizer("char", 0, head + "é")).to_str(), encoding="utf-8")
+    line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume"))
+    assert "tokenizer differs" in line
+    assert snapshot(run) == before
+
+
+def test_resume_on_a_text_whose_tokenizer_changed_too_names_the_text(cli, tiny_config, tiny_text, tmp_path):
+    # The text is the cause (the tokenizer fitted to it differs as a consequence): the text is named.
     run = tmp_path / "run"
     train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
     before = snapshot(run)
     tiny_text.write_text("é" + tiny_text.read_text(encoding="utf-8"), encoding="utf-8")  # one more char
     line = error_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "10", "--resume"))
-    assert "tokenizer differs" in line
+    assert f"the corpus {tiny_text} differs from the one the checkpoint was trained on" in line
     assert snapshot(run) == before
 
 
@@ -386,7 +403,7 @@ def _write(path: Path, content: bytes | None) -> Path:
     [
         (None, "does not exist"),
         (b"", "is empty"),
-        ("dir", "is a directory"),
+        ("dir", "is empty; put the UTF-8 *.txt files to train on in it"),  # a folder is a corpus of its files
         (b"abc\x00def" * 10, "looks binary (NUL byte at offset 3)"),
         (b"hello \xff world" * 10, "is not UTF-8: invalid byte 0xff at offset 6"),
     ],
@@ -401,7 +418,7 @@ def test_unusable_training_text_is_refused_in_one_line(cli, tiny_config, tmp_pat
     result = cli("train", "-c", tiny_config, "--data", data, "--out", run)
     line = error_line(result)
     assert result.stderr == line + "\n"  # exactly one line
-    assert f"training text {data} " in line and expected in line
+    assert f"training {'folder' if content == 'dir' else 'text'} {data} " in line and expected in line
     assert not run.exists()
 
 

@@ -66,6 +66,8 @@ def config_flags(options: Options) -> dict[str, tuple[str, Any]]:
     for name, hint in annotations(type(options)).items():
         keys = [extra for extra in getattr(hint, "__metadata__", ()) if isinstance(extra, ConfigKey)]
         value = getattr(options, name)
+        if isinstance(value, (list, tuple)):  # a repeatable option: given as often as it was (never: not given)
+            value = [str(v) for v in value] or None
         if keys and value is not None:
             found[keys[0].key] = (name, str(value) if isinstance(value, Path) else value)
     return found
@@ -80,8 +82,12 @@ class TrainOptions(Options):
 
     config: ConfigOption = None
     data: Annotated[
-        Path | None,
-        typer.Option("--data", help="UTF-8 text file to train on (default: the shipped Tiny Shakespeare)."),
+        list[Path] | None,
+        typer.Option(
+            "--data",
+            help="UTF-8 text file to train on, or a folder (every *.txt under it, in sorted order); repeatable: "
+            "the files are joined with an end-of-text token between them (default: the shipped Tiny Shakespeare).",
+        ),
         ConfigKey("train.data"),
     ] = None
     out: Annotated[

@@ -56,7 +56,7 @@ def _train(o: TrainOptions) -> None:
     quiet = o.quiet or not speaks
     try:
         result = api.train(
-            o.data,
+            list(o.data) or None,
             o.out,
             o.steps,
             config=o.config,
@@ -117,7 +117,7 @@ def _resume_command(o: TrainOptions) -> str:
     """What continues this run: the same command with --resume, under the same kind of launch."""
     again = ["-c", o.config] if o.config else []
     again += [a for override in o.overrides for a in ("--set", override)]
-    again += (["--data", o.data] if o.data else []) + (["--out", o.out] if o.out else [])
+    again += [a for data in o.data for a in ("--data", data)] + (["--out", o.out] if o.out else [])
     again += (["--init-from", o.init_from] if o.init_from else []) + (
         ["--init-checkpoint", o.init_checkpoint] if o.init_checkpoint else []
     )
