@@ -8,9 +8,10 @@
     logits = final_norm(x) W_head
 
 Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
-A `Recorder` passed to `forward` records every named stage of this same pass as it is computed;
-there is no second implementation for the trace to drift from. Without a recorder attention takes
-the fused scaled-dot-product kernel; with one it computes the weights explicitly so they can be shown.
+A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
+(the names come from stages.py); there is no second implementation for the trace to drift from.
+Without a recorder attention takes the fused scaled-dot-product kernel; with one it computes the
+weights explicitly so they can be shown.
 
 The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
 ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
@@ -18,6 +19,7 @@ ids, corpus: `check_token_ids`), and the only check inside is the context length
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -25,15 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import stages
 from .config import ModelConfig
 from .errors import MinigptError
-
-# The seven stages of a block, in the order `Block.forward` computes and records them.
-PRE_NORM_STAGES = ("norm1", "attention", "residual1", "norm2", "hidden", "ffn", "output")
-# Post-norm (chapter 17.6) computes the same kinds of value in another order; `residual2` is the
-# second sum before LN2, and `output` is LN2 of it (the same values as `norm2`).
-POST_NORM_STAGES = ("attention", "residual1", "norm1", "hidden", "ffn", "residual2", "norm2", "output")
-STAGES = {"pre": PRE_NORM_STAGES, "post": POST_NORM_STAGES}
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -78,28 +74,51 @@ class ResidualShapeError(ValueError):
 Replacement = Callable[[Tensor, dict[str, Tensor]], Tensor]
 
 
+class UnknownStageError(MinigptError):
+    """A replacement (or a record) for a stage name the model never computes."""
+
+
 class Recorder:
     """Named stages of one forward pass: `input`, `blocks.{i}.{stage}`, `blocks.{i}.attention_weights`,
-    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached, in the order computed.
+    `final_norm` and `logits` (stages.recorded_names), each the whole [B, T, ...] tensor, detached,
+    in the order computed.
 
     A tap as well as a record: `replacements` maps a full stage name to a function of (the value
     the pass computed, the stages recorded so far) that returns what the pass continues with, so
     an intervention runs through the model's own forward pass. `blocks.{i}.heads` ([B, H, T, d],
-    each head's mixed values before W_O) can be replaced but is not recorded."""
+    each head's mixed values before W_O) can be replaced but is not recorded.
 
-    def __init__(
-        self,
-        prefix: str = "",
-        stages: dict[str, Tensor] | None = None,
-        replacements: dict[str, Replacement] | None = None,
-    ):
-        self.prefix = prefix
-        self.stages: dict[str, Tensor] = {} if stages is None else stages
-        self.replacements: dict[str, Replacement] = {} if replacements is None else replacements
+    Built for one model's config, it knows every name that model computes: a replacement for any
+    other name is refused here, where it is made, instead of being silently never applied."""
+
+    def __init__(self, cfg: ModelConfig, replacements: dict[str, Replacement] | None = None):
+        self.prefix = ""
+        self.stages: dict[str, Tensor] = {}
+        self.replacements: dict[str, Replacement] = dict(replacements or {})
+        self.known = frozenset(stages.replaceable_names(cfg.n_layer, cfg.norm_position))
+        self.cfg = cfg
+        unknown = [name for name in self.replacements if name not in self.known]
+        if unknown:
+            raise UnknownStageError(self._unknown(unknown, "a replacement"))
+
+    def _unknown(self, names: list[str], what: str) -> str:
+        cfg = self.cfg
+        per_block = [stages.ATTENTION_WEIGHTS, *stages.block_stages(cfg.norm_position), stages.HEADS]
+        return (
+            f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "
+            f"{stages.INPUT}, {stages.FINAL_NORM}, {stages.LOGITS} and blocks.I.STAGE for I in 0..{cfg.n_layer - 1} "
+            f"with STAGE one of {', '.join(per_block)} ({cfg.norm_position}-norm)"
+        )
+
+    def _check(self, name: str) -> str:
+        full = self.prefix + name
+        if full not in self.known:  # a name model.py records that stages.py does not define
+            raise UnknownStageError(self._unknown([full], "a record"))
+        return full
 
     def modify(self, name: str, value: Tensor) -> Tensor:
         """`value`, or what a replacement for this stage makes of it."""
-        replace = self.replacements.get(self.prefix + name)
+        replace = self.replacements.get(self._check(name))
         return value if replace is None else replace(value, self.stages)
 
     def record(self, name: str, value: Tensor) -> Tensor:
@@ -111,14 +130,16 @@ class Recorder:
 
     def scoped(self, prefix: str) -> Recorder:
         """A view that writes into the same dict under `prefix.`, with the same replacements."""
-        return Recorder(self.prefix + prefix + ".", self.stages, self.replacements)
+        view = copy.copy(self)  # shallow: the stages and replacements stay shared
+        view.prefix = self.prefix + prefix + "."
+        return view
 
     def __getitem__(self, name: str) -> Tensor:
         return self.stages[name]
 
     def block(self, index: int) -> dict[str, Tensor]:
         """The stages of block `index`, keyed by their bare names (`norm1`, ...)."""
-        head = f"blocks.{index}."
+        head = stages.block_prefix(index) + "."
         return {k[len(head) :]: v for k, v in self.stages.items() if k.startswith(head)}
 
 
@@ -243,10 +264,10 @@ class CausalSelfAttention(nn.Module):
             )
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
             if recorder is not None:
-                recorder.record("attention_weights", weights)
+                recorder.record(stages.ATTENTION_WEIGHTS, weights)
             mixed = F.dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
         if recorder is not None:
-            mixed = recorder.modify("heads", mixed)  # e.g. one head ablated
+            mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
         return F.dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
 
@@ -307,28 +328,28 @@ class Block(nn.Module):
         self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
     ) -> Tensor:
         """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
-        recorded order is the computation order, which PRE_NORM_STAGES / POST_NORM_STAGES name.
+        recorded order is the computation order, which stages.PRE_NORM / stages.POST_NORM name.
         `last_only` (sampling's last block): every row feeds the keys and values, but only the last
         row goes on through the residual and the FFN, so T = 1 from `attention` on."""
         tap = recorder.record if recorder is not None else _untapped
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
         if self.pre_norm:  # chapter 17.5
-            norm1 = tap("norm1", self.norm1(x))  # [B, T, C]
-            attention = tap("attention", self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
-            residual1 = tap("residual1", residual(stream, attention))  # [B, T, C]
-            norm2 = tap("norm2", self.norm2(residual1))  # [B, T, C]
-            hidden = tap("hidden", self.ffn.hidden(norm2))  # [B, T, F]
-            ffn = tap("ffn", self.ffn.project(hidden))  # [B, T, C]
-            return tap("output", residual(residual1, ffn))  # [B, T, C]
+            norm1 = tap(stages.NORM1, self.norm1(x))  # [B, T, C]
+            attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
+            residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+            norm2 = tap(stages.NORM2, self.norm2(residual1))  # [B, T, C]
+            hidden = tap(stages.HIDDEN, self.ffn.hidden(norm2))  # [B, T, F]
+            ffn = tap(stages.FFN, self.ffn.project(hidden))  # [B, T, C]
+            return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-        attention = tap("attention", self.attention(x, recorder, cache, last_only))  # [B, T, C]
-        residual1 = tap("residual1", residual(stream, attention))  # [B, T, C]
-        norm1 = tap("norm1", self.norm1(residual1))  # [B, T, C]
-        hidden = tap("hidden", self.ffn.hidden(norm1))  # [B, T, F]
-        ffn = tap("ffn", self.ffn.project(hidden))  # [B, T, C]
-        residual2 = tap("residual2", residual(norm1, ffn))  # [B, T, C]
-        norm2 = tap("norm2", self.norm2(residual2))  # [B, T, C]
-        return tap("output", norm2)  # post-norm's output is LN2's: the same values as norm2
+        attention = tap(stages.ATTENTION, self.attention(x, recorder, cache, last_only))  # [B, T, C]
+        residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+        norm1 = tap(stages.NORM1, self.norm1(residual1))  # [B, T, C]
+        hidden = tap(stages.HIDDEN, self.ffn.hidden(norm1))  # [B, T, F]
+        ffn = tap(stages.FFN, self.ffn.project(hidden))  # [B, T, C]
+        residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
+        norm2 = tap(stages.NORM2, self.norm2(residual2))  # [B, T, C]
+        return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
 
 
 class MiniGPT(nn.Module):
@@ -386,17 +407,17 @@ class MiniGPT(nn.Module):
         tap = recorder.record if recorder is not None else _untapped
         positions = torch.arange(start, start + T, device=ids.device)
         x = self.token_table(ids) + self.position_table(positions)  # [B, T, C] + [T, C]
-        x = tap("input", F.dropout(x, self.cfg.dropout, self.training))
+        x = tap(stages.INPUT, F.dropout(x, self.cfg.dropout, self.training))
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x = block(
                 x,
-                recorder.scoped(f"blocks.{i}") if recorder is not None else None,
+                recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,
                 cache.layers[i] if cache is not None else None,
                 last_only and i == last,
             )
-        final = tap("final_norm", self.final_norm(x))  # [B, T or 1, C]
-        logits = tap("logits", self.head(final))  # [B, T or 1, V]
+        final = tap(stages.FINAL_NORM, self.final_norm(x))  # [B, T or 1, C]
+        logits = tap(stages.LOGITS, self.head(final))  # [B, T or 1, V]
         loss = None
         if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
             loss = F.cross_entropy(

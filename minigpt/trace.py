@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from . import stages
 from .errors import MinigptError
 from .interventions import Intervention, replacements
 from .model import MiniGPT, Recorder, check_context, check_token_ids
@@ -198,7 +199,7 @@ def trace_position(
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = Recorder(replacements=replacements(list(interventions), model, p, only_at_position))
+    recorder = Recorder(model.cfg, replacements(list(interventions), model, p, only_at_position))
     was_training = model.training
     model.eval()
     try:
@@ -207,8 +208,8 @@ def trace_position(
             blocks = [_block_entry(model, tokenizer, recorder, i, p, top) for i in shown]
     finally:
         model.train(was_training)
-    x = recorder["input"]
-    final = recorder["final_norm"]
+    x = recorder[stages.INPUT]
+    final = recorder[stages.FINAL_NORM]
     cfg = model.cfg
     return Trace(
         position=p,
@@ -238,9 +239,9 @@ def trace_position(
         ),
         blocks=blocks,
         final_norm=Row(final[0, p].tolist(), list(final.shape)),
-        next_tokens=_ranked(tokenizer, recorder["logits"][0, p], top),
+        next_tokens=_ranked(tokenizer, recorder[stages.LOGITS][0, p], top),
         interventions=[str(item) for item in interventions],
-        probabilities=torch.softmax(recorder["logits"][0, p].double(), dim=-1).tolist(),
+        probabilities=torch.softmax(recorder[stages.LOGITS][0, p].double(), dim=-1).tolist(),
     )
 
 
@@ -259,16 +260,16 @@ def compare(
     distribution moved (KL divergence, nats)."""
     before = trace_position(model, tokenizer, ids, position, block, top)
     after = trace_position(model, tokenizer, ids, position, block, top, interventions, only_at_position)
-    stages = []
+    changes = []
     for first, second in zip(before.blocks, after.blocks):
-        rows = {"input": (first.input.row, second.input.row)}
+        rows = {stages.INPUT: (first.input.row, second.input.row)}
         rows.update({name: (row, second.stages[name]) for name, row in first.stages.items()})
-        stages.append({name: _change(a, b) for name, (a, b) in rows.items()})
+        changes.append({name: _change(a, b) for name, (a, b) in rows.items()})
     kl = math.fsum(
         0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
         for p, q in zip(before.probabilities, after.probabilities)
     )
-    return Comparison([str(item) for item in interventions], before, after, stages, kl)
+    return Comparison([str(item) for item in interventions], before, after, changes, kl)
 
 
 def _change(before: list[float], after: list[float]) -> StageChange:
@@ -280,9 +281,9 @@ def _change(before: list[float], after: list[float]) -> StageChange:
 
 def _block_entry(model: MiniGPT, tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int) -> BlockTrace:
     recorded = recorder.block(i)
-    weights = recorded.pop("attention_weights")  # [B, H, T, S]
-    entering = recorder["input"] if i == 0 else recorder[f"blocks.{i - 1}.output"]
-    output_row = recorded["output"][0, p]
+    weights = recorded.pop(stages.ATTENTION_WEIGHTS)  # [B, H, T, S]
+    entering = recorder[stages.INPUT] if i == 0 else recorder[stages.block_name(i - 1, stages.OUTPUT)]
+    output_row = recorded[stages.OUTPUT][0, p]
     lens_logits = model.head(model.final_norm(output_row))  # the model's own modules
     return BlockTrace(
         index=i,

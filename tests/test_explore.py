@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from minigpt import stages
+
 REPO = Path(__file__).resolve().parents[1]
 LESSON_RUN = REPO / "data" / "lesson09"
 
@@ -72,7 +74,16 @@ def test_the_api_answers_what_trace_json_prints(server):
     status, plain = post(server, json.dumps({"ids": "3,0,1"}).encode())
     assert status == 200 and plain == cli_compare("--ids", "3,0,1")
     with urllib.request.urlopen(server + "api/model", timeout=30) as response:
-        assert json.loads(response.read())["n_embd"] == 4
+        info = json.loads(response.read())
+    assert info["n_embd"] == 4
+    # the page names its rows and sliders from the server's stage names (stages.py), in the trace's order
+    assert info["stages"] == {
+        "input": "input",
+        "block": list(stages.block_stages(info["norm_position"])),
+        "final": ["final_norm", "logits"],
+        "scalable": ["attention", "ffn"],
+    }
+    assert info["stages"]["block"] == list(plain["blocks"][0]["stages"])
     with urllib.request.urlopen(server, timeout=30) as response:
         assert b"minigpt explore" in response.read()
 

@@ -3,7 +3,7 @@ shipped in the package, no build step, nothing fetched from elsewhere) and one J
 runs the same code as `minigpt trace --json` (with `--compare` when an intervention is set).
 
     GET  /              the page
-    GET  /api/model     the model's shape, for the page's controls
+    GET  /api/model     the model's shape and its stage names (stages.py), for the page's controls
     POST /api/trace     {"prompt" | "ids", "position", "scale": ["0.attention=0", ...],
                          "replace_residual": [...], "ablate_head": [...], "set_input": "2,2,2,2",
                          "at_position": false}  ->  trace.Trace or trace.Comparison as JSON
@@ -24,6 +24,7 @@ from typing import Any
 
 import typer
 
+from .. import stages
 from ..device import pick_device, use_threads
 from ..errors import MinigptError
 from ..run import load_model, reading_config
@@ -76,9 +77,17 @@ class Explorer:
             "n_embd": cfg.n_embd,
             "context": cfg.context,
             "norm": cfg.norm,
+            "norm_position": cfg.norm_position,
             "activation": cfg.activation,
             "vocab_size": self.model.vocab_size,
             "prompt": self.first_prompt(),
+            # the page names its rows and its scale controls from these, never from its own list
+            "stages": {
+                "input": stages.INPUT,
+                "block": list(stages.block_stages(cfg.norm_position)),
+                "final": [stages.FINAL_NORM, stages.LOGITS],
+                "scalable": list(stages.SCALABLE),
+            },
         }
 
     def first_prompt(self) -> str:
