@@ -9,9 +9,10 @@
 
 Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
 A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
-(the names come from stages.py); there is no second implementation for the trace to drift from.
-Without a recorder attention takes the fused scaled-dot-product kernel; with one it computes the
-weights explicitly so they can be shown.
+(the names come from stages.py); there is no second implementation for the trace to drift from, and
+none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
+forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
+computes the weights explicitly so they can be shown.
 
 The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
 ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
@@ -156,35 +157,43 @@ def residual(stream: Tensor, update: Tensor) -> Tensor:
 class LayerNorm(nn.Module):
     """LN(x)_c = gamma_c (x_c - mu) / sqrt(sigma^2 + eps) + beta_c over the last axis only, with the
     biased variance (divide by C): chapter 17.3. Computed by torch's fused kernel, which a test checks
-    against the formula."""
+    against the formula. `affine=False` leaves out gamma and beta (the plain norm of a folded model,
+    fold.py, whose gain and bias live in the matrix that reads the norm)."""
 
-    def __init__(self, width: int, eps: float, bias: bool = True):
+    def __init__(self, width: int, eps: float, bias: bool = True, affine: bool = True):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(width))
-        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self.width, self.eps = width, eps
+        self.weight = nn.Parameter(torch.ones(width)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(width)) if affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
 
 
 class RMSNorm(nn.Module):
     """RMSNorm(x)_i = g_i x_i / sqrt(mean(x^2) + eps): rescales without subtracting the mean, and
-    has no bias by definition (so `[model] bias` does not apply to it)."""
+    has no bias by definition (so `[model] bias` does not apply to it). `affine=False`: no gain."""
 
-    def __init__(self, width: int, eps: float):
+    def __init__(self, width: int, eps: float, affine: bool = True):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(width))
+        self.weight = nn.Parameter(torch.ones(width)) if affine else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed if self.weight is None else normed * self.weight
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
+def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
     if cfg.norm == "layernorm":
-        return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias)
-    return RMSNorm(cfg.n_embd, cfg.norm_eps)
+        return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias, affine)
+    return RMSNorm(cfg.n_embd, cfg.norm_eps, affine)
+
+
+def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """F.dropout, not even called where it returns x itself (eval mode, or p = 0: then it draws no
+    random numbers either), since a call costs as much as a small elementwise op."""
+    return F.dropout(x, p, training) if training and p > 0 else x
 
 
 class LayerCache:
@@ -237,8 +246,9 @@ class CausalSelfAttention(nn.Module):
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
         which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
-        # qkv: [B, T, 3C]; split into heads: [B, T, C] -> [B, H, T, d], head h reads coordinates h*d .. (h+1)*d - 1
-        q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        # qkv: [B, T, 3C] -> Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates
+        # h*d .. (h+1)*d - 1 of its third (one view and one permute, no copy)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4)
         past = 0
         if cache is not None:
             past = cache.length
@@ -265,11 +275,11 @@ class CausalSelfAttention(nn.Module):
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
             if recorder is not None:
                 recorder.record(stages.ATTENTION_WEIGHTS, weights)
-            mixed = F.dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
+            mixed = _dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
         if recorder is not None:
             mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
-        return F.dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
+        return _dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
 
 
 def _lowered_precision(x: Tensor) -> bool:
@@ -308,7 +318,7 @@ class FeedForward(nn.Module):
         return F.silu(gate) * value
 
     def project(self, hidden: Tensor) -> Tensor:
-        return F.dropout(self.W2(hidden), self.dropout, self.training)
+        return _dropout(self.W2(hidden), self.dropout, self.training)
 
 
 def _untapped(name: str, value: Tensor) -> Tensor:
@@ -405,9 +415,10 @@ class MiniGPT(nn.Module):
         # A shape check, no host sync: the position table has no row past `context`.
         check_context(start + T, self.context, f"the sequence ({start} cached + {T} new)" if start else "the sequence")
         tap = recorder.record if recorder is not None else _untapped
-        positions = torch.arange(start, start + T, device=ids.device)
-        x = self.token_table(ids) + self.position_table(positions)  # [B, T, C] + [T, C]
-        x = tap(stages.INPUT, F.dropout(x, self.cfg.dropout, self.training))
+        # The position rows are a slice of the table: the same values (and gradient) as looking
+        # up arange(start, start + T), without building the indices.
+        x = self.token_table(ids) + self.position_table.weight[start : start + T]  # [B, T, C] + [T, C]
+        x = tap(stages.INPUT, _dropout(x, self.cfg.dropout, self.training))
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x = block(
