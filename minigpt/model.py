@@ -16,6 +16,16 @@ computes the weights explicitly so they can be shown.
 
 The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
 ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
+
+This forward is also sampling's inner loop: past the position table each new token is one pass of
+about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
+work is a tenth of the time. So inside the model each submodule is applied through its `forward`
+and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
+nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
+pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
+model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
+its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
+lookup is a Python call).
 """
 
 from __future__ import annotations
@@ -167,7 +177,9 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(width)) if affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
+        # torch.layer_norm is what F.layer_norm calls after its Python checks for tensor subclasses,
+        # which cost as much as a small kernel here (nine norms a pass)
+        return torch.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
 
 
 class RMSNorm(nn.Module):
@@ -190,10 +202,10 @@ def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
     return RMSNorm(cfg.n_embd, cfg.norm_eps, affine)
 
 
-def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """F.dropout, not even called where it returns x itself (eval mode, or p = 0: then it draws no
-    random numbers either), since a call costs as much as a small elementwise op."""
-    return F.dropout(x, p, training) if training and p > 0 else x
+def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """x W + b with the layer's own weight and bias: what `layer(x)` computes, without nn.Module's
+    call machinery (see the module's docstring)."""
+    return F.linear(x, layer.weight, layer.bias)
 
 
 class LayerCache:
@@ -246,9 +258,10 @@ class CausalSelfAttention(nn.Module):
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
         which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
-        # qkv: [B, T, 3C] -> Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates
-        # h*d .. (h+1)*d - 1 of its third (one view and one permute, no copy)
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4)
+        qkv = linear(x, self.qkv)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
+        # Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
+        # of its third (one view and one permute, no copy)
+        q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
         past = 0
         if cache is not None:
             past = cache.length
@@ -275,17 +288,20 @@ class CausalSelfAttention(nn.Module):
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
             if recorder is not None:
                 recorder.record(stages.ATTENTION_WEIGHTS, weights)
-            mixed = _dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
+            if p > 0:
+                weights = F.dropout(weights, p)
+            mixed = weights.to(v.dtype) @ v  # [B, H, T, d]
         if recorder is not None:
             mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
-        return _dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
+        attention = linear(joined, self.out)  # W_O: [B, T, C]
+        return F.dropout(attention, p) if p > 0 else attention
 
 
 def _lowered_precision(x: Tensor) -> bool:
     """Whether autocast runs this pass's matmuls in a lower precision (bfloat16 training)."""
-    try:
-        return torch.is_autocast_enabled(x.device.type)
+    try:  # x.is_cpu first: building x.device costs more than the check itself
+        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
     except TypeError:  # torch < 2.4 takes no device type
         return torch.is_autocast_cpu_enabled() if x.device.type == "cpu" else torch.is_autocast_enabled()
 
@@ -309,16 +325,17 @@ class FeedForward(nn.Module):
         self.dropout = cfg.dropout
 
     def hidden(self, x: Tensor) -> Tensor:
-        pre = self.W1(x)
+        pre = linear(x, self.W1)
         if self.activation == "relu":
-            return F.relu(pre)
+            return F.relu(pre, inplace=True)  # `pre` is W1's fresh output, read by nothing else
         if self.activation == "gelu":
             return F.gelu(pre)
         gate, value = pre.chunk(2, dim=-1)
         return F.silu(gate) * value
 
     def project(self, hidden: Tensor) -> Tensor:
-        return _dropout(self.W2(hidden), self.dropout, self.training)
+        ffn = linear(hidden, self.W2)
+        return F.dropout(ffn, self.dropout) if self.training and self.dropout > 0 else ffn
 
 
 def _untapped(name: str, value: Tensor) -> Tensor:
@@ -343,22 +360,23 @@ class Block(nn.Module):
         row goes on through the residual and the FFN, so T = 1 from `attention` on."""
         tap = recorder.record if recorder is not None else _untapped
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
+        feed = self.ffn
         if self.pre_norm:  # chapter 17.5
-            norm1 = tap(stages.NORM1, self.norm1(x))  # [B, T, C]
-            attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
+            norm1 = tap(stages.NORM1, self.norm1.forward(x))  # [B, T, C]
+            attention = tap(stages.ATTENTION, self.attention.forward(norm1, recorder, cache, last_only))  # [B, T, C]
             residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
-            norm2 = tap(stages.NORM2, self.norm2(residual1))  # [B, T, C]
-            hidden = tap(stages.HIDDEN, self.ffn.hidden(norm2))  # [B, T, F]
-            ffn = tap(stages.FFN, self.ffn.project(hidden))  # [B, T, C]
+            norm2 = tap(stages.NORM2, self.norm2.forward(residual1))  # [B, T, C]
+            hidden = tap(stages.HIDDEN, feed.hidden(norm2))  # [B, T, F]
+            ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
             return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-        attention = tap(stages.ATTENTION, self.attention(x, recorder, cache, last_only))  # [B, T, C]
+        attention = tap(stages.ATTENTION, self.attention.forward(x, recorder, cache, last_only))  # [B, T, C]
         residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
-        norm1 = tap(stages.NORM1, self.norm1(residual1))  # [B, T, C]
-        hidden = tap(stages.HIDDEN, self.ffn.hidden(norm1))  # [B, T, F]
-        ffn = tap(stages.FFN, self.ffn.project(hidden))  # [B, T, C]
+        norm1 = tap(stages.NORM1, self.norm1.forward(residual1))  # [B, T, C]
+        hidden = tap(stages.HIDDEN, feed.hidden(norm1))  # [B, T, F]
+        ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
         residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
-        norm2 = tap(stages.NORM2, self.norm2(residual2))  # [B, T, C]
+        norm2 = tap(stages.NORM2, self.norm2.forward(residual2))  # [B, T, C]
         return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
 
 
@@ -417,18 +435,21 @@ class MiniGPT(nn.Module):
         tap = recorder.record if recorder is not None else _untapped
         # The position rows are a slice of the table: the same values (and gradient) as looking
         # up arange(start, start + T), without building the indices.
-        x = self.token_table(ids) + self.position_table.weight[start : start + T]  # [B, T, C] + [T, C]
-        x = tap(stages.INPUT, _dropout(x, self.cfg.dropout, self.training))
+        tokens = F.embedding(ids, self.token_table.weight)  # E[ids]: [B, T, C]
+        x = tokens + self.position_table.weight[start : start + T]  # + P[start : start + T]: [T, C]
+        if self.training and self.cfg.dropout > 0:
+            x = F.dropout(x, self.cfg.dropout)
+        x = tap(stages.INPUT, x)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(
+            x = block.forward(
                 x,
                 recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,
                 cache.layers[i] if cache is not None else None,
                 last_only and i == last,
             )
-        final = tap(stages.FINAL_NORM, self.final_norm(x))  # [B, T or 1, C]
-        logits = tap(stages.LOGITS, self.head(final))  # [B, T or 1, V]
+        final = tap(stages.FINAL_NORM, self.final_norm.forward(x))  # [B, T or 1, C]
+        logits = tap(stages.LOGITS, linear(final, self.head))  # [B, T or 1, V]
         loss = None
         if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
             loss = F.cross_entropy(

@@ -85,6 +85,8 @@ def test_the_folded_model_is_a_minigpt_running_minigpt_forward(monkeypatch):
     assert folded.head.weight is not folded.token_table.weight and not folded.cfg.tie_embeddings
     assert folded.head.bias is not None  # final_norm's beta, folded into the head
     assert not any(p.requires_grad for p in folded.parameters())
+    linears = [m for m in folded.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 4 * TINY["n_layer"] + 1 and all(m.weight.T.is_contiguous() for m in linears)  # [in, out]
     # fold.py defines no module and no forward of its own: it only transforms weights
     tree = ast.parse(FOLD_SOURCE.read_text(encoding="utf-8"))
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
