@@ -75,10 +75,11 @@ def fold_norms(model: MiniGPT) -> MiniGPT:
 def _fold(norm: nn.Module, reader: nn.Linear, target: nn.Linear, cfg) -> nn.Module:
     """Write `reader(norm(x))`'s folded matrix and bias into `target` (the folded model's copy of
     `reader`); return the plain norm that takes `norm`'s place."""
-    weight = _wide(reader.weight) * _wide(norm.weight)[None, :]  # W diag(g), as [out, in]
+    matrix = _wide(reader.weight)  # [out, in]
+    weight = matrix * _wide(norm.weight)[None, :]  # W diag(g), as [out, in]
     bias = _wide(reader.bias)
     if getattr(norm, "bias", None) is not None:
-        shift = _wide(reader.weight) @ _wide(norm.bias)  # beta W, as [out]
+        shift = matrix @ _wide(norm.bias)  # beta W, as [out]
         bias = shift if bias is None else bias + shift
     target.weight.copy_(weight.to(target.weight.dtype))  # the one rounding
     if bias is not None:

@@ -14,7 +14,9 @@ book's Mini GPT does. No forward pass ever sees more than `context` positions.
 Those full recomputes (and every step with `use_cache=False`) run the model's own forward pass on
 the last position only (`last_only`), and on the folded model wherever a fold applies (fold.py: the
 same class and forward, with each norm's gain and bias folded into the matrix that reads it; the
-same model up to float32 rounding); `fast_path=False` keeps the model itself.
+same model up to float32 rounding); `fast_path=False` keeps the model itself. The KV-cache steps
+while the window fills stay on the model itself: folding costs about 6 ms at the default shape,
+and a cached step on the folded model is only some 20 us faster, for at most `context - 1` steps.
 
 Pieces, from pure to plumbing:
     filter_logits, next_token_distribution, choose     one step's distribution and choice
