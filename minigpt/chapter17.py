@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import torch
 
+from . import stages
 from .config import ModelConfig
 from .errors import MinigptError
 from .model import MiniGPT, Recorder
 
 # Table 17.1's row names in chapter17-block.json -> the recorder's names for the same stages.
 TABLE_TO_RECORDER = {
-    "X (token plus position)": "input",
-    "norm1": "blocks.0.norm1",
-    "attention": "blocks.0.attention",
-    "residual1": "blocks.0.residual1",
-    "norm2": "blocks.0.norm2",
-    "hidden (FFN after ReLU)": "blocks.0.hidden",
-    "ffn (FFN output)": "blocks.0.ffn",
-    "output (block output Y)": "blocks.0.output",
+    "X (token plus position)": stages.INPUT,
+    "norm1": stages.block_name(0, stages.NORM1),
+    "attention": stages.block_name(0, stages.ATTENTION),
+    "residual1": stages.block_name(0, stages.RESIDUAL1),
+    "norm2": stages.block_name(0, stages.NORM2),
+    "hidden (FFN after ReLU)": stages.block_name(0, stages.HIDDEN),
+    "ffn (FFN output)": stages.block_name(0, stages.FFN),
+    "output (block output Y)": stages.block_name(0, stages.OUTPUT),
 }
 
 
@@ -75,7 +76,7 @@ def build_model(cfg: ModelConfig, ref: dict) -> MiniGPT:
 
 def check_table_17_1(model: MiniGPT, ref: dict) -> None:
     """Refuse weights whose recorded stages do not round to the chapter's table."""
-    recorder = Recorder()
+    recorder = Recorder(model.cfg)
     with torch.inference_mode():
         model(torch.tensor([ref["token_ids"]]), recorder=recorder)
     wrong = []
@@ -84,7 +85,7 @@ def check_table_17_1(model: MiniGPT, ref: dict) -> None:
         row = [round(v, 6) for v in stage[0, 0].tolist()]
         if row != expected["row"] or list(stage.shape) != [1, *expected["shape"]]:
             wrong.append(f"{name}: {row} {list(stage.shape)} != {expected['row']} {expected['shape']}")
-    Y = [[round(v, 6) for v in row] for row in recorder["blocks.0.output"][0].tolist()]
+    Y = [[round(v, 6) for v in row] for row in recorder[stages.block_name(0, stages.OUTPUT)][0].tolist()]
     if Y != ref["block_output_Y_rounded_6"]:
         wrong.append(f"Y: {Y} != {ref['block_output_Y_rounded_6']}")
     if wrong:

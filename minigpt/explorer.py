@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from . import stages
 from .api import Run
 from .config import updated
 from .device import use_threads
@@ -27,13 +28,6 @@ from .errors import MinigptError, option
 from .generate import generate, next_token_distribution
 from .trace import Comparison, Trace, parse_ids, prompt_ids, row_norm
 
-# Which stream value each residual add adds its sublayer's update to (chapter 17.5 pre-norm, 17.6
-# post-norm), so the page can draw the skip connections of Figure 17.1. The order of the stages is
-# never given here: the page reads it from the trace's own `stages`, in computation order.
-RESIDUAL_ADDS = {
-    "pre": {"residual1": "input", "output": "residual1"},
-    "post": {"residual1": "input", "residual2": "norm1"},
-}
 BARS = 12  # next-token candidates drawn as bars
 CACHED_LOGITS = 16  # traced logit rows kept, so moving a sampling slider does not trace again
 TRACE_FIELDS = ("prompt", "ids", "position", "scale", "replace_residual", "ablate_head", "set_input", "at_position")
@@ -61,7 +55,10 @@ class Explorer:
             "dtype": cfg.dtype,
             "vocab_size": self.run.model.vocab_size,
             "writable": min(self.run.tokenizer.vocab_size, self.run.model.vocab_size),
-            "residual_adds": RESIDUAL_ADDS.get(cfg.norm_position, {}),
+            # the page's skip connections and scale controls, from the names the model computes (stages.py);
+            # the order of the stages the page reads from the trace's own `stages`, in computation order
+            "residual_adds": stages.RESIDUAL_ADDS.get(cfg.norm_position, {}),
+            "scalable": list(stages.SCALABLE),
             # The page's sampling controls start where `minigpt sample` starts for this run.
             "sample": {
                 "temperature": s.temperature,
@@ -256,7 +253,7 @@ def _views(result: Trace | Comparison) -> dict[str, Any]:
     shown = result.after if isinstance(result, Comparison) else result
     passes = {"before": result.before, "after": result.after} if isinstance(result, Comparison) else {"after": result}
     return {
-        "attention": [_packed(shown.whole(block.index, "attention_weights")) for block in shown.blocks],
+        "attention": [_packed(shown.whole(block.index, stages.ATTENTION_WEIGHTS)) for block in shown.blocks],
         "norms": {name: _norms(trace) for name, trace in passes.items()},
     }
 

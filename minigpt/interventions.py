@@ -10,7 +10,8 @@ the same forward pass the trace reads; nothing here computes a block a second ti
     SetInput(vector)                       the traced position's block-0 input row replaced
 
 `block` is an index or None for every block. They apply at every position of the prompt, or at the
-traced position only when asked (SetInput always applies at the traced position).
+traced position only when asked (SetInput always applies at the traced position). The stages they
+change are named by stages.py, and the Recorder refuses any name the model does not compute.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import stages
 from .errors import MinigptError, option
 from .model import MiniGPT, Replacement
-
-SCALABLE = ("attention", "ffn")
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,10 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
     cfg = model.cfg
     for item in interventions:
         if isinstance(item, Scale):
-            if item.stage not in SCALABLE:
+            if item.stage not in stages.SCALABLE:
                 raise MinigptError(
                     f"{option('scale')} {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
-                    f"scale one of: {', '.join(SCALABLE)}"
+                    f"scale one of: {', '.join(stages.SCALABLE)}"
                 )
             if not math.isfinite(item.factor):
                 raise MinigptError(
@@ -117,7 +117,7 @@ def replacements(
     """The Recorder replacements that carry out `interventions` (checked first)."""
     check(interventions, model)
     cfg = model.cfg
-    second_sum = "output" if cfg.norm_position == "pre" else "residual2"
+    second_sum = stages.second_sum(cfg.norm_position)
     found: dict[str, list[Replacement]] = {}
 
     def add(stage: str, change: Replacement, time_axis: int = 1, everywhere: bool = not only_at_position) -> None:
@@ -125,23 +125,24 @@ def replacements(
 
     for item in interventions:
         if isinstance(item, SetInput):
-            add("input", _set_row(position, item.vector), everywhere=False)
+            add(stages.INPUT, _set_row(position, item.vector), everywhere=False)
             continue
         for i in _blocks(item.block, cfg.n_layer, str(item)):
             if isinstance(item, Scale):
-                add(f"blocks.{i}.{item.stage}", lambda value, stages, k=item.factor: value * k)
-            elif isinstance(item, ReplaceResidual):
-                add(f"blocks.{i}.residual1", lambda value, stages, i=i: stages[f"blocks.{i}.attention"])
-                add(f"blocks.{i}.{second_sum}", lambda value, stages, i=i: stages[f"blocks.{i}.ffn"])
+                add(stages.block_name(i, item.stage), lambda value, recorded, k=item.factor: value * k)
+            elif isinstance(item, ReplaceResidual):  # each sum replaced by its update alone
+                attention, ffn = stages.block_name(i, stages.ATTENTION), stages.block_name(i, stages.FFN)
+                add(stages.block_name(i, stages.RESIDUAL1), lambda value, recorded, n=attention: recorded[n])
+                add(stages.block_name(i, second_sum), lambda value, recorded, n=ffn: recorded[n])
             else:
-                add(f"blocks.{i}.heads", _zero_head(item.head), time_axis=2)
+                add(stages.block_name(i, stages.HEADS), _zero_head(item.head), time_axis=2)
     return {stage: _chain(changes) for stage, changes in found.items()}
 
 
 def _chain(changes: list[Replacement]) -> Replacement:
-    def apply(value: Tensor, stages: dict[str, Tensor]) -> Tensor:
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
         for change in changes:
-            value = change(value, stages)
+            value = change(value, recorded)
         return value
 
     return apply
@@ -150,8 +151,8 @@ def _chain(changes: list[Replacement]) -> Replacement:
 def _at(position: int, time_axis: int, change: Replacement) -> Replacement:
     """`change` at one position only; every other position keeps the value the pass computed."""
 
-    def apply(value: Tensor, stages: dict[str, Tensor]) -> Tensor:
-        changed = change(value, stages)
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+        changed = change(value, recorded)
         keep = torch.arange(value.shape[time_axis], device=value.device) == position
         shape = [1] * value.dim()
         shape[time_axis] = value.shape[time_axis]
@@ -161,7 +162,7 @@ def _at(position: int, time_axis: int, change: Replacement) -> Replacement:
 
 
 def _set_row(position: int, vector: tuple[float, ...]) -> Replacement:
-    def apply(value: Tensor, stages: dict[str, Tensor]) -> Tensor:
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
         value = value.clone()
         value[:, position] = torch.tensor(vector, dtype=value.dtype, device=value.device)
         return value
@@ -170,7 +171,7 @@ def _set_row(position: int, vector: tuple[float, ...]) -> Replacement:
 
 
 def _zero_head(head: int) -> Replacement:
-    def apply(value: Tensor, stages: dict[str, Tensor]) -> Tensor:  # [B, H, T, d]
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:  # [B, H, T, d]
         value = value.clone()
         value[:, head] = 0
         return value

@@ -8,16 +8,29 @@
     logits = final_norm(x) W_head
 
 Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
-A `Recorder` passed to `forward` records every named stage of this same pass as it is computed;
-there is no second implementation for the trace to drift from. Without a recorder attention takes
-the fused scaled-dot-product kernel; with one it computes the weights explicitly so they can be shown.
+A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
+(the names come from stages.py); there is no second implementation for the trace to drift from, and
+none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
+forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
+computes the weights explicitly so they can be shown.
 
 The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
 ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
+
+This forward is also sampling's inner loop: past the position table each new token is one pass of
+about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
+work is a tenth of the time. So inside the model each submodule is applied through its `forward`
+and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
+nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
+pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
+model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
+its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
+lookup is a Python call).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -25,15 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import stages
 from .config import ModelConfig
 from .errors import MinigptError
-
-# The seven stages of a block, in the order `Block.forward` computes and records them.
-PRE_NORM_STAGES = ("norm1", "attention", "residual1", "norm2", "hidden", "ffn", "output")
-# Post-norm (chapter 17.6) computes the same kinds of value in another order; `residual2` is the
-# second sum before LN2, and `output` is LN2 of it (the same values as `norm2`).
-POST_NORM_STAGES = ("attention", "residual1", "norm1", "hidden", "ffn", "residual2", "norm2", "output")
-STAGES = {"pre": PRE_NORM_STAGES, "post": POST_NORM_STAGES}
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -78,28 +85,51 @@ class ResidualShapeError(ValueError):
 Replacement = Callable[[Tensor, dict[str, Tensor]], Tensor]
 
 
+class UnknownStageError(MinigptError):
+    """A replacement (or a record) for a stage name the model never computes."""
+
+
 class Recorder:
     """Named stages of one forward pass: `input`, `blocks.{i}.{stage}`, `blocks.{i}.attention_weights`,
-    `final_norm` and `logits`, each the whole [B, T, ...] tensor, detached, in the order computed.
+    `final_norm` and `logits` (stages.recorded_names), each the whole [B, T, ...] tensor, detached,
+    in the order computed.
 
     A tap as well as a record: `replacements` maps a full stage name to a function of (the value
     the pass computed, the stages recorded so far) that returns what the pass continues with, so
     an intervention runs through the model's own forward pass. `blocks.{i}.heads` ([B, H, T, d],
-    each head's mixed values before W_O) can be replaced but is not recorded."""
+    each head's mixed values before W_O) can be replaced but is not recorded.
 
-    def __init__(
-        self,
-        prefix: str = "",
-        stages: dict[str, Tensor] | None = None,
-        replacements: dict[str, Replacement] | None = None,
-    ):
-        self.prefix = prefix
-        self.stages: dict[str, Tensor] = {} if stages is None else stages
-        self.replacements: dict[str, Replacement] = {} if replacements is None else replacements
+    Built for one model's config, it knows every name that model computes: a replacement for any
+    other name is refused here, where it is made, instead of being silently never applied."""
+
+    def __init__(self, cfg: ModelConfig, replacements: dict[str, Replacement] | None = None):
+        self.prefix = ""
+        self.stages: dict[str, Tensor] = {}
+        self.replacements: dict[str, Replacement] = dict(replacements or {})
+        self.known = frozenset(stages.replaceable_names(cfg.n_layer, cfg.norm_position))
+        self.cfg = cfg
+        unknown = [name for name in self.replacements if name not in self.known]
+        if unknown:
+            raise UnknownStageError(self._unknown(unknown, "a replacement"))
+
+    def _unknown(self, names: list[str], what: str) -> str:
+        cfg = self.cfg
+        per_block = [stages.ATTENTION_WEIGHTS, *stages.block_stages(cfg.norm_position), stages.HEADS]
+        return (
+            f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "
+            f"{stages.INPUT}, {stages.FINAL_NORM}, {stages.LOGITS} and blocks.I.STAGE for I in 0..{cfg.n_layer - 1} "
+            f"with STAGE one of {', '.join(per_block)} ({cfg.norm_position}-norm)"
+        )
+
+    def _check(self, name: str) -> str:
+        full = self.prefix + name
+        if full not in self.known:  # a name model.py records that stages.py does not define
+            raise UnknownStageError(self._unknown([full], "a record"))
+        return full
 
     def modify(self, name: str, value: Tensor) -> Tensor:
         """`value`, or what a replacement for this stage makes of it."""
-        replace = self.replacements.get(self.prefix + name)
+        replace = self.replacements.get(self._check(name))
         return value if replace is None else replace(value, self.stages)
 
     def record(self, name: str, value: Tensor) -> Tensor:
@@ -111,14 +141,16 @@ class Recorder:
 
     def scoped(self, prefix: str) -> Recorder:
         """A view that writes into the same dict under `prefix.`, with the same replacements."""
-        return Recorder(self.prefix + prefix + ".", self.stages, self.replacements)
+        view = copy.copy(self)  # shallow: the stages and replacements stay shared
+        view.prefix = self.prefix + prefix + "."
+        return view
 
     def __getitem__(self, name: str) -> Tensor:
         return self.stages[name]
 
     def block(self, index: int) -> dict[str, Tensor]:
         """The stages of block `index`, keyed by their bare names (`norm1`, ...)."""
-        head = f"blocks.{index}."
+        head = stages.block_prefix(index) + "."
         return {k[len(head) :]: v for k, v in self.stages.items() if k.startswith(head)}
 
 
@@ -135,35 +167,48 @@ def residual(stream: Tensor, update: Tensor) -> Tensor:
 class LayerNorm(nn.Module):
     """LN(x)_c = gamma_c (x_c - mu) / sqrt(sigma^2 + eps) + beta_c over the last axis only, with the
     biased variance (divide by C): chapter 17.3. Computed by torch's fused kernel, which a test checks
-    against the formula."""
+    against the formula. `affine=False` leaves out gamma and beta (the plain norm of a folded model,
+    fold.py, whose gain and bias live in the matrix that reads the norm)."""
 
-    def __init__(self, width: int, eps: float, bias: bool = True):
+    def __init__(self, width: int, eps: float, bias: bool = True, affine: bool = True):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(width))
-        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self.width, self.eps = width, eps
+        self.weight = nn.Parameter(torch.ones(width)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(width)) if affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        # torch.layer_norm is what F.layer_norm calls after its Python checks for tensor subclasses,
+        # which cost as much as a small kernel here (nine norms a pass)
+        return torch.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
 
 
 class RMSNorm(nn.Module):
     """RMSNorm(x)_i = g_i x_i / sqrt(mean(x^2) + eps): rescales without subtracting the mean, and
-    has no bias by definition (so `[model] bias` does not apply to it)."""
+    has no bias by definition (so `[model] bias` does not apply to it). `affine=False`: no gain."""
 
-    def __init__(self, width: int, eps: float):
+    def __init__(self, width: int, eps: float, affine: bool = True):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(width))
+        self.weight = nn.Parameter(torch.ones(width)) if affine else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed if self.weight is None else normed * self.weight
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
+def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
     if cfg.norm == "layernorm":
-        return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias)
-    return RMSNorm(cfg.n_embd, cfg.norm_eps)
+        return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias, affine)
+    return RMSNorm(cfg.n_embd, cfg.norm_eps, affine)
+
+
+def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """x W + b with the layer's own weight and bias: what `layer(x)` computes, without nn.Module's
+    call machinery (see the module's docstring). The two are read from `_parameters`, the dict
+    nn.Module keeps them in: `layer.weight` reaches it only after Python's own attribute lookup has
+    failed, through nn.Module.__getattr__, which costs as much as a small op (34 reads a pass)."""
+    parameters = layer._parameters
+    return F.linear(x, parameters["weight"], parameters["bias"])
 
 
 class LayerCache:
@@ -216,8 +261,10 @@ class CausalSelfAttention(nn.Module):
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
         which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
-        # qkv: [B, T, 3C]; split into heads: [B, T, C] -> [B, H, T, d], head h reads coordinates h*d .. (h+1)*d - 1
-        q, k, v = (t.view(B, T, self.n_head, self.head_width).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        qkv = linear(x, self.qkv)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
+        # Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
+        # of its third (one view and one permute, no copy)
+        q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
         past = 0
         if cache is not None:
             past = cache.length
@@ -243,18 +290,21 @@ class CausalSelfAttention(nn.Module):
             )
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
             if recorder is not None:
-                recorder.record("attention_weights", weights)
-            mixed = F.dropout(weights, p, self.training).to(v.dtype) @ v  # [B, H, T, d]
+                recorder.record(stages.ATTENTION_WEIGHTS, weights)
+            if p > 0:
+                weights = F.dropout(weights, p)
+            mixed = weights.to(v.dtype) @ v  # [B, H, T, d]
         if recorder is not None:
-            mixed = recorder.modify("heads", mixed)  # e.g. one head ablated
+            mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
-        return F.dropout(self.out(joined), p, self.training)  # W_O: [B, T, C]
+        attention = linear(joined, self.out)  # W_O: [B, T, C]
+        return F.dropout(attention, p) if p > 0 else attention
 
 
 def _lowered_precision(x: Tensor) -> bool:
     """Whether autocast runs this pass's matmuls in a lower precision (bfloat16 training)."""
-    try:
-        return torch.is_autocast_enabled(x.device.type)
+    try:  # x.is_cpu first: building x.device costs more than the check itself
+        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
     except TypeError:  # torch < 2.4 takes no device type
         return torch.is_autocast_cpu_enabled() if x.device.type == "cpu" else torch.is_autocast_enabled()
 
@@ -278,9 +328,9 @@ class FeedForward(nn.Module):
         self.dropout = cfg.dropout
 
     def hidden(self, x: Tensor) -> Tensor:
-        pre = self.W1(x)
+        pre = linear(x, self.W1)
         if self.activation == "relu":
-            return F.relu(pre)
+            return F.relu(pre, inplace=True)  # `pre` is W1's fresh output, read by nothing else
         if self.activation == "gelu":
             return F.gelu(pre)
         if self.activation == "gelu_tanh":  # GPT-2's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -289,7 +339,8 @@ class FeedForward(nn.Module):
         return F.silu(gate) * value
 
     def project(self, hidden: Tensor) -> Tensor:
-        return F.dropout(self.W2(hidden), self.dropout, self.training)
+        ffn = linear(hidden, self.W2)
+        return F.dropout(ffn, self.dropout) if self.training and self.dropout > 0 else ffn
 
 
 def _untapped(name: str, value: Tensor) -> Tensor:
@@ -309,28 +360,29 @@ class Block(nn.Module):
         self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
     ) -> Tensor:
         """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
-        recorded order is the computation order, which PRE_NORM_STAGES / POST_NORM_STAGES name.
+        recorded order is the computation order, which stages.PRE_NORM / stages.POST_NORM name.
         `last_only` (sampling's last block): every row feeds the keys and values, but only the last
         row goes on through the residual and the FFN, so T = 1 from `attention` on."""
         tap = recorder.record if recorder is not None else _untapped
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
+        feed = self.ffn
         if self.pre_norm:  # chapter 17.5
-            norm1 = tap("norm1", self.norm1(x))  # [B, T, C]
-            attention = tap("attention", self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
-            residual1 = tap("residual1", residual(stream, attention))  # [B, T, C]
-            norm2 = tap("norm2", self.norm2(residual1))  # [B, T, C]
-            hidden = tap("hidden", self.ffn.hidden(norm2))  # [B, T, F]
-            ffn = tap("ffn", self.ffn.project(hidden))  # [B, T, C]
-            return tap("output", residual(residual1, ffn))  # [B, T, C]
+            norm1 = tap(stages.NORM1, self.norm1.forward(x))  # [B, T, C]
+            attention = tap(stages.ATTENTION, self.attention.forward(norm1, recorder, cache, last_only))  # [B, T, C]
+            residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+            norm2 = tap(stages.NORM2, self.norm2.forward(residual1))  # [B, T, C]
+            hidden = tap(stages.HIDDEN, feed.hidden(norm2))  # [B, T, F]
+            ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
+            return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-        attention = tap("attention", self.attention(x, recorder, cache, last_only))  # [B, T, C]
-        residual1 = tap("residual1", residual(stream, attention))  # [B, T, C]
-        norm1 = tap("norm1", self.norm1(residual1))  # [B, T, C]
-        hidden = tap("hidden", self.ffn.hidden(norm1))  # [B, T, F]
-        ffn = tap("ffn", self.ffn.project(hidden))  # [B, T, C]
-        residual2 = tap("residual2", residual(norm1, ffn))  # [B, T, C]
-        norm2 = tap("norm2", self.norm2(residual2))  # [B, T, C]
-        return tap("output", norm2)  # post-norm's output is LN2's: the same values as norm2
+        attention = tap(stages.ATTENTION, self.attention.forward(x, recorder, cache, last_only))  # [B, T, C]
+        residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+        norm1 = tap(stages.NORM1, self.norm1.forward(residual1))  # [B, T, C]
+        hidden = tap(stages.HIDDEN, feed.hidden(norm1))  # [B, T, F]
+        ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
+        residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
+        norm2 = tap(stages.NORM2, self.norm2.forward(residual2))  # [B, T, C]
+        return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
 
 
 class MiniGPT(nn.Module):
@@ -386,19 +438,23 @@ class MiniGPT(nn.Module):
         # A shape check, no host sync: the position table has no row past `context`.
         check_context(start + T, self.context, f"the sequence ({start} cached + {T} new)" if start else "the sequence")
         tap = recorder.record if recorder is not None else _untapped
-        positions = torch.arange(start, start + T, device=ids.device)
-        x = self.token_table(ids) + self.position_table(positions)  # [B, T, C] + [T, C]
-        x = tap("input", F.dropout(x, self.cfg.dropout, self.training))
+        # The position rows are a slice of the table: the same values (and gradient) as looking
+        # up arange(start, start + T), without building the indices.
+        tokens = F.embedding(ids, self.token_table.weight)  # E[ids]: [B, T, C]
+        x = tokens + self.position_table.weight[start : start + T]  # + P[start : start + T]: [T, C]
+        if self.training and self.cfg.dropout > 0:
+            x = F.dropout(x, self.cfg.dropout)
+        x = tap(stages.INPUT, x)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block(
+            x = block.forward(
                 x,
-                recorder.scoped(f"blocks.{i}") if recorder is not None else None,
+                recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,
                 cache.layers[i] if cache is not None else None,
                 last_only and i == last,
             )
-        final = tap("final_norm", self.final_norm(x))  # [B, T or 1, C]
-        logits = tap("logits", self.head(final))  # [B, T or 1, V]
+        final = tap(stages.FINAL_NORM, self.final_norm.forward(x))  # [B, T or 1, C]
+        logits = tap(stages.LOGITS, linear(final, self.head))  # [B, T or 1, V]
         loss = None
         if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
             loss = F.cross_entropy(

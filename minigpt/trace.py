@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from . import stages
 from .errors import MinigptError, option
 from .interventions import Intervention, replacements
 from .memory import check_memory, forward_bytes
@@ -161,9 +162,10 @@ class Trace:
 
     def whole(self, block: int | None, name: str) -> torch.Tensor:
         """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights."""
-        key = name if block is None else f"blocks.{block}.{name}"
+        key = name if block is None else stages.block_name(block, name)
         if key not in self.recorded:
-            known = ", ".join(k for k in self.recorded if block is None or k.startswith(f"blocks.{block}."))
+            scope = stages.block_prefix(block) + "." if block is not None else ""
+            known = ", ".join(k for k in self.recorded if k.startswith(scope))
             raise MinigptError(f"the trace has no stage {key!r}; it recorded: {known or 'no such block'}")
         return self.recorded[key][0]
 
@@ -263,20 +265,20 @@ def trace_position(
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = Recorder(replacements=replacements(list(interventions), model, p, only_at_position))
+    recorder = Recorder(model.cfg, replacements(list(interventions), model, p, only_at_position))
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
             # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB).
-            outputs = torch.stack([recorder[f"blocks.{i}.output"][0, p] for i in shown])
+            outputs = torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
             lens = model.head(model.final_norm(outputs))  # the model's own modules
             blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
     finally:
         model.train(was_training)
-    x = recorder["input"]
-    final = recorder["final_norm"]
+    x = recorder[stages.INPUT]
+    final = recorder[stages.FINAL_NORM]
     cfg = model.cfg
     return Trace(
         position=p,
@@ -306,9 +308,9 @@ def trace_position(
         ),
         blocks=blocks,
         final_norm=Row(final[0, p].tolist(), list(final.shape)),
-        next_tokens=_ranked(tokenizer, recorder["logits"][0, p], top),
+        next_tokens=_ranked(tokenizer, recorder[stages.LOGITS][0, p], top),
         interventions=[str(item) for item in interventions],
-        probabilities=torch.softmax(recorder["logits"][0, p].double(), dim=-1).tolist(),
+        probabilities=torch.softmax(recorder[stages.LOGITS][0, p].double(), dim=-1).tolist(),
         recorded=dict(recorder.stages),
     )
 
@@ -328,16 +330,16 @@ def compare(
     distribution moved (KL divergence, nats)."""
     before = trace_position(model, tokenizer, ids, position, block, top)
     after = trace_position(model, tokenizer, ids, position, block, top, interventions, only_at_position)
-    stages = []
+    changes = []
     for first, second in zip(before.blocks, after.blocks):
-        rows = {"input": (first.input.row, second.input.row)}
+        rows = {stages.INPUT: (first.input.row, second.input.row)}
         rows.update({name: (row, second.stages[name]) for name, row in first.stages.items()})
-        stages.append({name: _change(a, b) for name, (a, b) in rows.items()})
+        changes.append({name: _change(a, b) for name, (a, b) in rows.items()})
     kl = math.fsum(
         0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
         for p, q in zip(before.probabilities, after.probabilities)
     )
-    return Comparison([str(item) for item in interventions], before, after, stages, kl)
+    return Comparison([str(item) for item in interventions], before, after, changes, kl)
 
 
 def row_norm(row: list[float]) -> float:
@@ -355,8 +357,8 @@ def _block_entry(
     tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int, lens_logits: torch.Tensor
 ) -> BlockTrace:
     recorded = recorder.block(i)
-    weights = recorded.pop("attention_weights")  # [B, H, T, S]
-    entering = recorder["input"] if i == 0 else recorder[f"blocks.{i - 1}.output"]
+    weights = recorded.pop(stages.ATTENTION_WEIGHTS)  # [B, H, T, S]
+    entering = recorder[stages.INPUT] if i == 0 else recorder[stages.block_name(i - 1, stages.OUTPUT)]
     return BlockTrace(
         index=i,
         input=Row(entering[0, p].tolist(), list(entering.shape)),

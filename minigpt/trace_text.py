@@ -9,6 +9,19 @@ import math
 from typing import Any
 
 from .errors import MinigptError, option
+from .stages import (
+    ATTENTION,
+    FFN,
+    FINAL_NORM,
+    HIDDEN,
+    INPUT,
+    NORM1,
+    NORM2,
+    OUTPUT,
+    RESIDUAL1,
+    RESIDUAL2,
+    block_stages,
+)
 from .trace import Comparison, Trace
 
 WIDTH = 80
@@ -89,34 +102,36 @@ def _table(
 
 
 def _legend(model: dict[str, Any]) -> list[str]:
+    """One formula per stage, in the order the block computes them (stages.py), in the stages' names."""
     norm = "LN" if model["norm"] == "layernorm" else "RMS"
     b1, b2 = (" + b1", " + b2") if model["bias"] else ("", "")
 
     def hidden(x: str) -> str:
         if model["activation"] == "swiglu":  # W1 holds the gate and value projections side by side
-            return f"hidden = SiLU(gate) * value, [gate | value] = {x} W1{b1}"
-        return f"hidden = {model['activation']}({x} W1{b1})"
+            return f"SiLU(gate) * value, [gate | value] = {x} W1{b1}"
+        return f"{model['activation']}({x} W1{b1})"
 
     if model["norm_position"] == "pre":
-        steps = [
-            f"norm1 = {norm}1(input)",
-            "attention = MHA(norm1)",
-            "residual1 = input + attention",
-            f"norm2 = {norm}2(residual1)",
-            hidden("norm2"),
-            f"ffn = hidden W2{b2}",
-            "output = residual1 + ffn",
-        ]
-    else:
-        steps = [
-            "attention = MHA(input)",
-            "residual1 = input + attention",
-            f"norm1 = {norm}1(residual1)",
-            hidden("norm1"),
-            f"ffn = hidden W2{b2}",
-            "residual2 = norm1 + ffn",
-            f"norm2 = output = {norm}2(residual2)",
-        ]
+        formulas = {
+            NORM1: f"{norm}1({INPUT})",
+            ATTENTION: f"MHA({NORM1})",
+            RESIDUAL1: f"{INPUT} + {ATTENTION}",
+            NORM2: f"{norm}2({RESIDUAL1})",
+            HIDDEN: hidden(NORM2),
+            FFN: f"{HIDDEN} W2{b2}",
+            OUTPUT: f"{RESIDUAL1} + {FFN}",
+        }
+    else:  # post-norm's output is LN2's, so one line names both
+        formulas = {
+            ATTENTION: f"MHA({INPUT})",
+            RESIDUAL1: f"{INPUT} + {ATTENTION}",
+            NORM1: f"{norm}1({RESIDUAL1})",
+            HIDDEN: hidden(NORM1),
+            FFN: f"{HIDDEN} W2{b2}",
+            RESIDUAL2: f"{NORM1} + {FFN}",
+            NORM2: f"{OUTPUT} = {norm}2({RESIDUAL2})",
+        }
+    steps = [f"{stage} = {formulas[stage]}" for stage in block_stages(model["norm_position"]) if stage in formulas]
     steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
@@ -193,18 +208,18 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
             rows += [
                 (f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]),
                 (f"+ position {p}", inp["position_row"], inp["position_table_shape"]),
-                ("= input", inp["row"], inp["shape"]),
+                (f"= {INPUT}", inp["row"], inp["shape"]),
             ]
         else:
-            rows.append(("input", entry["input"]["row"], entry["input"]["shape"]))
+            rows.append((INPUT, entry["input"]["row"], entry["input"]["shape"]))
         rows += [(name, row, entry["shapes"][name]) for name, row in entry["stages"].items()]
         out += ["", f"block {i} of {model['n_layer']}"]
         out += _table(rows, digits, width, heading=("stage", f"row at position {p}", "shape"))
         out += _attention_lines(entry, tokens, p, digits, width)
 
     out += ["", "after the last block"]
-    out += _table([("final_norm", trace["final_norm"]["row"], trace["final_norm"]["shape"])], digits, width)
-    out.append(f"next token after position {p}: softmax(final_norm row @ head), top {len(trace['next_tokens'])}")
+    out += _table([(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])], digits, width)
+    out.append(f"next token after position {p}: softmax({FINAL_NORM} row @ head), top {len(trace['next_tokens'])}")
     tok_w = max([5] + [len(show_token(c["token"])) for c in trace["next_tokens"]])
     id_w = max(2, len(str(model["vocab_size"] - 1)))
     num_w = max(len("probability"), max(len(number(c["logit"], digits)) for c in trace["next_tokens"]))

@@ -53,7 +53,7 @@ def teaching_model(chapter) -> MiniGPT:
 
 @pytest.fixture(scope="module")
 def trace(teaching_model, chapter) -> Recorder:
-    recorder = Recorder()
+    recorder = Recorder(teaching_model.cfg)
     with torch.no_grad():
         teaching_model(torch.tensor([chapter["token_ids"]]), recorder=recorder)
     return recorder

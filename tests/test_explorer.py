@@ -19,10 +19,11 @@ import minigpt
 from minigpt.commands.explore import Served
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
-from minigpt.explorer import BARS, RESIDUAL_ADDS, Explorer
+from minigpt.explorer import BARS, Explorer
 from minigpt.generate import next_token_distribution
 from minigpt.model import MiniGPT
 from minigpt.run import model_payload, write_run_files
+from minigpt.stages import RESIDUAL_ADDS
 from minigpt.tokenizer import TextTokenizer, train_tokenizer
 from minigpt.trace import row_norm
 
@@ -240,6 +241,7 @@ def test_the_page_starts_where_sample_starts(explorer):
         "seed": s.seed,
     }
     assert info["residual_adds"] == RESIDUAL_ADDS["pre"] and info["n_layer"] == 2
+    assert info["scalable"] == ["attention", "ffn"]
     json.dumps(info)  # all of it JSON
 
 

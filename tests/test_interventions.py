@@ -102,14 +102,15 @@ def test_interventions_at_the_traced_position_only_leave_the_other_rows_alone():
     model = MiniGPT(ModelConfig(context=8, n_layer=2, n_head=2, n_embd=8, ffn_hidden=16, dtype="float64"), 7).eval()
     ids = torch.tensor([[1, 2, 3, 4]])
     plain, changed = (
-        Recorder(),
+        Recorder(model.cfg),
         Recorder(
-            replacements=replacements(
+            model.cfg,
+            replacements(
                 [Scale(None, "ffn", 0.0), AblateHead(0, 1), ReplaceResidual(1)],
                 model,
                 position=2,
                 only_at_position=True,
-            )
+            ),
         ),
     )
     with torch.no_grad():

@@ -65,7 +65,7 @@ def random_ids(batch: int, T: int, vocab: int = VOCAB, seed: int = 1) -> torch.T
 
 
 def recorded(model: MiniGPT, ids: torch.Tensor) -> tuple[torch.Tensor, Recorder]:
-    recorder = Recorder()
+    recorder = Recorder(model.cfg)
     with torch.no_grad():
         logits, _ = model(ids, recorder=recorder)
     return logits, recorder
@@ -492,7 +492,7 @@ def test_kv_cache_with_recorder_matches_and_records_weights_over_all_cached_keys
     full, rec_full = recorded(model, ids)
     cache = KVCache(SMALL["n_layer"], SMALL["context"])
     fast(model, ids[:, :4], cache)
-    rec = Recorder()
+    rec = Recorder(model.cfg)
     with torch.no_grad():
         step, _ = model(ids[:, 4:6], recorder=rec, cache=cache)
     assert max_diff(step, full[:, 4:6]) <= 1e-10

@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import load_config
-from minigpt.model import POST_NORM_STAGES, PRE_NORM_STAGES, MiniGPT
+from minigpt.model import MiniGPT
 from minigpt.run import load_model, write_model_run
+from minigpt.stages import POST_NORM, PRE_NORM
 from minigpt.tokenizer import TextTokenizer, train_tokenizer
 from minigpt.trace_text import number, show_token
 
@@ -157,7 +158,7 @@ def test_json_schema_holds_full_rows():
     [block] = data["blocks"]
     assert set(block) == {"index", "input", "stages", "shapes", "attention_weights", "attention_shape", "logit_lens"}
     assert block["index"] == 0 and block["input"] == {"row": [0.0, 2.0], "shape": [1, 3, 2]}
-    assert list(block["stages"]) == list(PRE_NORM_STAGES) == list(block["shapes"])
+    assert list(block["stages"]) == list(PRE_NORM) == list(block["shapes"])
     assert block["shapes"]["hidden"] == [1, 3, 3] and block["shapes"]["output"] == [1, 3, 2]
     assert [round(v, 6) for v in block["stages"]["output"]] == [0.999912, 1.476742]
     assert block["attention_shape"] == [1, 2, 3, 3]
@@ -386,11 +387,11 @@ def test_one_block_shows_the_previous_blocks_output_as_its_input(wide):
 def test_post_norm_blocks_are_shown_in_their_own_order(tmp_path):
     config = make_run(tmp_path, context=8, n_layer=2, n_head=2, n_embd=8, ffn_hidden=16, norm_position="post")
     data = json.loads(ok(trace("-c", str(config), "-p", "abc", "--json")))
-    assert list(data["blocks"][0]["stages"]) == list(POST_NORM_STAGES)
+    assert list(data["blocks"][0]["stages"]) == list(POST_NORM)
     text = ok(trace("-c", str(config), "-p", "abc"))
     labels = [m.group(1) for m in re.finditer(r"^  (\w+) +\[", text, re.M)]
     # block 0 (after token, + position, = input), block 1 (after its input), then the final norm
-    assert labels == [*POST_NORM_STAGES, "input", *POST_NORM_STAGES, "final_norm"]
+    assert labels == [*POST_NORM, "input", *POST_NORM, "final_norm"]
     assert "post-norm block: attention = MHA(input);" in text
 
 

@@ -40,7 +40,7 @@ function traceRequest() {
   const e = S.edits, body = { ...S.source, scale: [], replace_residual: [], ablate_head: [], at_position: e.atPosition };
   if (S.position !== null) body.position = S.position;
   for (let b = 0; b < S.model.n_layer; b++) {
-    for (const stage of ["attention", "ffn"]) {
+    for (const stage of S.model.scalable) {
       const v = (e.scale[b] || {})[stage];
       if (v !== undefined && v !== 1) body.scale.push(`${b}.${stage}=${v}`);
     }
@@ -640,7 +640,7 @@ function renderControls() {
   const active = document.createElement("div");
   active.id = "active";
   active.textContent = compared() ? `set: ${S.data.interventions.join("; ")}` : "";
-  box.replaceChildren(title, scale("attention", "attention scale"), scale("ffn", "FFN scale"), replace, heads, all, vector, active);
+  box.replaceChildren(title, ...S.model.scalable.map((stage) => scale(stage, `${stage === "ffn" ? "FFN" : stage} scale`)), replace, heads, all, vector, active);
 }
 
 // ---------------------------------------------------------------- start

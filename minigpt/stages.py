@@ -1,0 +1,90 @@
+"""The names of the stages a forward pass computes: one definition that model.py records under,
+interventions.py checks against, and trace.py, trace_text.py and the explore page read.
+
+    input                                      X = E[ids] + P[0:T], what enters block 0
+    blocks.{i}.{stage}                         every stage of block i, in the order it computes them
+    blocks.{i}.attention_weights               softmax(mask(Q K^T / sqrt(d))), recorded inside attention
+    blocks.{i}.heads                           each head's mixed values before W_O: replaceable, not recorded
+    final_norm, logits                         after the last block
+
+Plain names only, no torch: anything (the command layer, the page's server) can read them cheaply.
+"""
+
+from __future__ import annotations
+
+# one block's stages
+NORM1 = "norm1"
+ATTENTION = "attention"
+RESIDUAL1 = "residual1"
+NORM2 = "norm2"
+HIDDEN = "hidden"
+FFN = "ffn"
+RESIDUAL2 = "residual2"
+OUTPUT = "output"
+
+# Pre-norm (chapter 17.5), in the order Block.forward computes and records them.
+PRE_NORM = (NORM1, ATTENTION, RESIDUAL1, NORM2, HIDDEN, FFN, OUTPUT)
+# Post-norm (chapter 17.6) computes the same kinds of value in another order; `residual2` is the
+# second sum before LN2, and `output` is LN2 of it (the same values as `norm2`).
+POST_NORM = (ATTENTION, RESIDUAL1, NORM1, HIDDEN, FFN, RESIDUAL2, NORM2, OUTPUT)
+BLOCK_STAGES = {"pre": PRE_NORM, "post": POST_NORM}
+
+# inside attention: recorded just before `attention` (its weights), and replaceable only (`heads`)
+ATTENTION_WEIGHTS = "attention_weights"
+HEADS = "heads"
+
+# the model's own, around the blocks
+INPUT = "input"
+FINAL_NORM = "final_norm"
+LOGITS = "logits"
+
+# The two sublayer updates that an intervention may scale (each is added to the residual stream).
+SCALABLE = (ATTENTION, FFN)
+
+# Which stream value each residual add adds its sublayer's update to (chapter 17.5 pre-norm, 17.6
+# post-norm): the skip connections of Figure 17.1, as the explore page draws them.
+RESIDUAL_ADDS = {
+    "pre": {RESIDUAL1: INPUT, OUTPUT: RESIDUAL1},
+    "post": {RESIDUAL1: INPUT, RESIDUAL2: NORM1},
+}
+
+
+def block_stages(norm_position: str) -> tuple[str, ...]:
+    """A block's stages in the order it computes them: PRE_NORM or POST_NORM."""
+    try:
+        return BLOCK_STAGES[norm_position]
+    except KeyError:
+        raise ValueError(f"norm_position {norm_position!r}: expected one of {', '.join(BLOCK_STAGES)}") from None
+
+
+def second_sum(norm_position: str) -> str:
+    """The stage holding a block's second residual sum (input of the FFN's add): `output` in a
+    pre-norm block, `residual2` in a post-norm one, where `output` is LN2 of it."""
+    return OUTPUT if norm_position == "pre" else RESIDUAL2
+
+
+def block_prefix(index: int) -> str:
+    """`blocks.{index}`: the scope under which block `index` records its stages."""
+    return f"blocks.{index}"
+
+
+def block_name(index: int, stage: str) -> str:
+    """The full name of one block's stage: `blocks.{index}.{stage}`."""
+    return f"{block_prefix(index)}.{stage}"
+
+
+def recorded_names(n_layer: int, norm_position: str) -> tuple[str, ...]:
+    """Every name a recorded forward pass holds, in the order the pass records them: `input`, each
+    block's stages (its attention weights just before `attention`), `final_norm`, `logits`."""
+    names = [INPUT]
+    for i in range(n_layer):
+        for stage in block_stages(norm_position):
+            if stage == ATTENTION:
+                names.append(block_name(i, ATTENTION_WEIGHTS))
+            names.append(block_name(i, stage))
+    return (*names, FINAL_NORM, LOGITS)
+
+
+def replaceable_names(n_layer: int, norm_position: str) -> tuple[str, ...]:
+    """Every name a replacement may target: the recorded ones and each block's `heads`."""
+    return recorded_names(n_layer, norm_position) + tuple(block_name(i, HEADS) for i in range(n_layer))
