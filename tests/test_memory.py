@@ -32,10 +32,12 @@ def test_parameter_count_is_the_model_s_own(norm, activation, bias, tie):
     assert memory.parameter_count(cfg, 13) == MiniGPT(cfg, 13).num_parameters()
 
 
-def test_gpt2_small_is_124_million_parameters_and_needs_about_a_gigabyte_to_read():
+def test_gpt2_small_is_124_million_parameters_and_needs_about_a_gigabyte_and_a_half_to_sample():
     gpt2 = ModelConfig(context=1024, n_layer=12, n_head=12, n_embd=768, ffn_hidden=3072, tie_embeddings=True)
     assert memory.parameter_count(gpt2, 50257) == 124_439_808  # GPT-2 small, as transformers counts it
-    assert 1.0 * 2**30 < memory.reading_bytes(gpt2, 50257) < 1.2 * 2**30  # two copies of 475 MiB, cache, margin
+    # two copies of 475 MiB, the cache, a forward over the whole table (sampling past it), the margin;
+    # measured: 2.05 GiB resident at the peak of `sample -n 1100`, torch's libraries included
+    assert 1.5 * 2**30 < memory.reading_bytes(gpt2, 50257) < 1.7 * 2**30
     # A trace of the whole table keeps every block's stages and attention weights: over 2 GiB.
     traced = memory.forward_bytes(gpt2, 50257, 1024, recorded=True)
     assert 2 * 2**30 < traced < 2.5 * 2**30 and traced > 4 * memory.forward_bytes(gpt2, 50257, 1024)
