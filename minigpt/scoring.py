@@ -41,6 +41,12 @@ class Scores:
     def perplexity(self) -> float:
         return math.exp(self.nats_per_token)
 
+    def __repr__(self) -> str:  # a notebook shows the figures, not every surprisal
+        return (
+            f"Scores({self.tokens:,} tokens scored, {self.nats_per_token:.4f} nats/token, "
+            f"{self.bits_per_byte:.4f} bits/byte, perplexity {self.perplexity:.2f})"
+        )
+
 
 def windows(n_tokens: int, context: int) -> list[tuple[int, int, int]]:
     """(start, first, end) per window: targets first .. end-1 are scored from the tokens start ..

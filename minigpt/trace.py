@@ -157,8 +157,12 @@ class Trace:
     def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
         """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
         "residual1", "attention_weights", ..., or with block None the model's "input", "final_norm"
-        and "logits"; the row at the traced position, or at `position` (`whole` gives them all)."""
-        return self.whole(block, name)[self.position if position is None else position]
+        and "logits"; the row at the traced position, or at `position` (`whole` gives them all).
+        For attention_weights, that position's weights in every head over the keys it sees (0..p):
+        [H, p + 1], as `attention_weights` in the JSON."""
+        p = self.position if position is None else position
+        whole = self.whole(block, name)
+        return whole[:, p, : p + 1] if name == stages.ATTENTION_WEIGHTS else whole[p]
 
     def whole(self, block: int | None, name: str) -> torch.Tensor:
         """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights."""

@@ -53,6 +53,11 @@ def test_a_trace_is_the_one_trace_json_prints_and_reads_stages_by_name(run_dir, 
     assert residual1.tolist() == printed["blocks"][0]["stages"]["residual1"]
     # residual1 = input + attention, at every position (chapter 17.2), read from the same pass
     assert torch.equal(trace.whole(0, "residual1"), trace.whole(None, "input") + trace.whole(0, "attention"))
+    # the attention weights of the traced position: each head's row over the keys it sees, as printed
+    weights = trace.stage(0, "attention_weights")
+    assert weights.shape == (run.model.cfg.n_head, trace.position + 1)
+    assert weights.tolist() == printed["blocks"][0]["attention_weights"]
+    assert trace.stage(0, "attention_weights", position=0).tolist() == [[1.0]] * run.model.cfg.n_head
     with pytest.raises(minigpt.MinigptError, match="the trace has no stage 'blocks.0.residual3'"):
         trace.stage(0, "residual3")
 
