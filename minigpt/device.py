@@ -48,13 +48,19 @@ def available_memory(device: str) -> int | None:
 _default_threads: int | None = None  # torch's own thread count, read before minigpt first changes it
 
 
-def use_threads(threads: int) -> None:
-    """`[train] threads`: 0 is torch's own default (one per core, or what OMP_NUM_THREADS says), so
-    a process that sampled on one thread trains on every core again afterwards."""
+def default_threads() -> int:
+    """torch's own thread count (one per core, or what OMP_NUM_THREADS says), as it was before
+    minigpt first changed it."""
     global _default_threads
     if _default_threads is None:
         _default_threads = torch.get_num_threads()
-    wanted = threads or _default_threads
+    return _default_threads
+
+
+def use_threads(threads: int) -> None:
+    """`[train] threads`: 0 is torch's own default (default_threads()), so a process that sampled
+    on one thread trains on every core again afterwards."""
+    wanted = threads or default_threads()
     if torch.get_num_threads() != wanted:
         torch.set_num_threads(wanted)
 

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import distributed, memory, sources
+from . import distributed, memory, sources, threads
 from . import run as run_folder
 from .config import Config, ModelConfig, TokenizerConfig
 from .data import Batches, Corpus, load_corpus
-from .device import check_dtype, pick_device, pick_precision, use_threads
+from .device import check_dtype, default_threads, pick_device, pick_precision, use_threads
 from .distributed import RankLost, World
 from .errors import MinigptError, option
 from .model import MiniGPT, check_context
@@ -121,6 +121,7 @@ class Session:
     world: World = field(default_factory=World)  # this process's place in a data-parallel run
     forward_model: Any = None  # what the step calls: the model, or its DistributedDataParallel wrapper
     origin: Origin | None = None  # the run a fine-tune started from; None for fresh weights
+    threads: int | None = None  # with [train] threads = 0 on a CPU: the count chosen by timing (threads.py)
 
     def close(self) -> None:
         """Release the run folder for the next writer."""
@@ -161,6 +162,8 @@ class Session:
         )
         if self.origin is not None:
             state["origin"] = asdict(self.origin)
+        if self.threads is not None:  # a resume continues at the count the steps so far ran at
+            state["threads"] = torch.get_num_threads()
         return state
 
 
@@ -393,7 +396,15 @@ def _build_checked(
         torch.cuda.set_device(device)  # NCCL talks to each rank's own GPU
     check_memory(cfg, model_rows(corpus, payload, weights), device)
     use_threads(cfg.train.threads)
-    return build(cfg, corpus, device, payload, world, weights=weights)
+    session = build(cfg, corpus, device, payload, world, weights=weights)
+    cores = default_threads()
+    if cfg.train.threads == 0 and device == "cpu" and not world.distributed and cores > 1:
+        if payload is not None and "threads" in payload:
+            session.threads = payload["threads"]
+            torch.set_num_threads(session.threads)
+        else:
+            session.threads = threads.choose(session.model, session.val_windows[0], session.precision, cores)
+    return session
 
 
 def fine_tune_config(cfg: Config, model: ModelConfig, tokenizer: TokenizerConfig) -> Config:

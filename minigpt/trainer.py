@@ -20,15 +20,16 @@ from pathlib import Path
 
 import torch
 
-from . import distributed, failpoints
+from . import distributed, failpoints, threads
 from . import run as run_folder
-from .device import autocast
+from .device import autocast, default_threads
 from .distributed import RefusedElsewhere, World
 from .errors import MinigptError, option
 from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
 from .generate import generate
 from .model import MiniGPT
 from .session import Session
+from .threads import Watch
 
 
 def learning_rate(step: int, cfg) -> float:
@@ -272,8 +273,14 @@ class Trainer:
                 last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte, s.world)
                 self._emit("on_eval", EvalDone(0, **last_val))
             s.model.train()
+            watch = Watch(s.threads, default_threads()) if s.threads is not None else None
             while s.step < tc.steps:
+                step_started = time.perf_counter()
                 loss, lr = self.train_step()
+                if watch is not None and watch.due(time.perf_counter() - step_started):
+                    # something else started or stopped on this machine: the fastest count again
+                    s.threads = threads.choose(s.model, s.val_windows[0], s.precision, watch.cores)
+                    watch.reset(s.threads)
                 if self.diverged is not None:
                     self._emit("on_diverged", self.diverged)
                     break

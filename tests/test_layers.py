@@ -46,6 +46,7 @@ ALLOWED = {
     "explorer": {"api", "config", "device", "errors", "generate", "stages", "trace"},
     "distributed": {"errors"},
     "optimizers": {"model"},
+    "threads": {"device"},
     "session": {
         "config",
         "data",
@@ -57,6 +58,7 @@ ALLOWED = {
         "optimizers",
         "run",
         "sources",
+        "threads",
         "tokenizer",
     },
     "tensorboard": {"errors", "events"},
@@ -71,6 +73,7 @@ ALLOWED = {
         "run",
         "session",
         "tensorboard",
+        "threads",
     },
     "progress": {"events"},
     "api": {

@@ -1,0 +1,130 @@
+"""[train] threads = 0: the thread count chosen by timing (threads.py). Timings here are given, never
+measured, so nothing depends on how busy the machine running the tests is."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from minigpt import session as session_module
+from minigpt import threads
+from minigpt.api import train
+from minigpt.config import load_config
+from minigpt.events import Listener
+from minigpt.model import MiniGPT
+
+
+def test_the_candidates_are_all_cores_down_to_one():
+    assert threads.candidates(1) == [1]
+    assert threads.candidates(2) == [2, 1]
+    assert threads.candidates(8) == [8, 7, 4, 1]
+
+
+def test_the_fastest_count_wins_and_a_tie_keeps_more_threads():
+    # one core busy: a 2-thread pass stalls on it, one thread runs at its own speed
+    busy = {2: 0.30, 1: 0.12}
+    assert threads.fastest([2, 1], busy.__getitem__) == 1
+    quiet = {2: 0.07, 1: 0.12}
+    assert threads.fastest([2, 1], quiet.__getitem__) == 2
+    assert threads.fastest([2, 1], {2: 0.1, 1: 0.1}.__getitem__) == 2
+
+
+def test_each_count_is_judged_by_its_best_round():
+    # the load changed during the first round: its slow 2-thread pass does not decide
+    times = {2: iter([0.5, 0.07, 0.07]), 1: iter([0.12, 0.12, 0.12])}
+    assert threads.fastest([2, 1], lambda n: next(times[n])) == 2
+
+
+def test_choosing_leaves_no_gradient_and_no_trace_on_the_random_state():
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(
+        load_config(None).model, n_layer=1, n_embd=16, n_head=2, ffn_hidden=32, context=8, dropout=0.1
+    )
+    model = MiniGPT(cfg, 20).train()
+    batch = (torch.randint(0, 20, (2, 8)), torch.randint(0, 20, (2, 8)))
+    before = torch.get_rng_state()
+    was = torch.get_num_threads()
+    try:
+        chosen = threads.choose(model, batch, "float32", cores=2)
+        assert chosen in (1, 2) and torch.get_num_threads() == chosen
+    finally:
+        torch.set_num_threads(was)
+    assert torch.equal(torch.get_rng_state(), before)  # dropout drew from a forked state
+    assert all(p.grad is None for p in model.parameters())
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_watch_asks_again_when_steps_slow_down():
+    watch = threads.Watch(2, cores=2, clock=Clock())
+    assert not any(watch.due(0.1) for _ in range(2 * threads.WINDOW))  # steady: never
+    assert not any(watch.due(0.12) for _ in range(threads.WINDOW))  # 20% slower: noise
+    assert any(watch.due(0.3) for _ in range(threads.WINDOW))  # another program took a core
+
+
+def test_on_fewer_threads_the_watch_asks_again_after_a_while():
+    clock = Clock()
+    watch = threads.Watch(1, cores=2, clock=clock)
+    assert not any(watch.due(0.1) for _ in range(2 * threads.WINDOW))
+    clock.now = threads.RECHECK_S + 1
+    assert watch.due(0.1)  # the other program may have stopped
+    watch.reset(2)
+    clock.now += 10 * threads.RECHECK_S
+    assert not any(watch.due(0.1) for _ in range(2 * threads.WINDOW))  # on every core: only a slowdown asks
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """A 2-core machine whatever runs the tests, and a probe whose verdict is given."""
+    monkeypatch.setattr(session_module, "default_threads", lambda: 2)
+    was = torch.get_num_threads()
+    yield
+    torch.set_num_threads(was)
+
+
+def test_threads_zero_trains_at_the_chosen_count_and_a_resume_continues_at_it(
+    tiny_config, tmp_path, monkeypatch, two_cores
+):
+    chosen = []
+
+    def choose(model, batch, precision, cores):
+        chosen.append(cores)
+        torch.set_num_threads(1)
+        return 1
+
+    monkeypatch.setattr(threads, "choose", choose)
+    out = tmp_path / "run"
+    settings = {"train.threads": 0, "train.checkpoint_interval": 2}
+
+    class Crash(Listener):  # the process dies after step 3, its last checkpoint at step 2
+        def on_step(self, event):
+            if event.step == 3:
+                raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config=tiny_config, out=out, steps=6, set=settings, progress=False, listeners=[Crash()])
+    assert chosen == [2]
+    payload = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert payload["step"] == 2 and payload["threads"] == 1
+
+    # A resume is not timed again: it continues at the count its steps ran at.
+    monkeypatch.setattr(threads, "choose", lambda *a: pytest.fail("a resume must not choose again"))
+    torch.set_num_threads(2)
+    train(config=tiny_config, out=out, steps=6, set=settings, resume=True, progress=False)
+    assert torch.get_num_threads() == 1
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["threads"] == 1
+
+
+def test_a_fixed_thread_count_is_never_timed_or_recorded(tiny_config, tmp_path, monkeypatch, two_cores):
+    monkeypatch.setattr(threads, "choose", lambda *a: pytest.fail("threads = 1 must not be timed"))
+    out = tmp_path / "run"
+    train(config=tiny_config, out=out, steps=2, progress=False)  # the tests' config: threads = 1
+    assert "threads" not in torch.load(out / "checkpoint.pt", weights_only=False)
