@@ -53,6 +53,9 @@ def serving(run_dir: Path):
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ),
+        # Ctrl-C as a terminal sends it: a suite started in the background (`.ci/run &`) starts its
+        # children with SIGINT ignored, and Python then installs no KeyboardInterrupt for it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         url = process.stdout.readline().strip()
