@@ -163,7 +163,7 @@ class Session:
         if self.origin is not None:
             state["origin"] = asdict(self.origin)
         if self.threads is not None:  # a resume continues at the count the steps so far ran at
-            state["threads"] = torch.get_num_threads()
+            state["threads"] = self.threads
         return state
 
 

@@ -257,7 +257,9 @@ LARGE_SHAPE = [
 NANO_LARGE_SHAPE = ["--n_layer=6", "--n_head=6", "--n_embd=384", "--block_size=256", "--batch_size=16", "--dropout=0.2"]
 
 
-def cli_tokens_per_s(config: str | None, changes: list[str], steps: int, out: Path, env: dict) -> float:
+def cli_tokens_per_s(
+    config: str | None, changes: list[str], steps: int, tokens_per_step: int, out: Path, env: dict
+) -> float:
     """`minigpt train` as a user runs it (a subprocess, `threads = 0`, progress off): tokens/s over
     the steady window of its own metrics log, from its first logged step to its last."""
     command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
@@ -271,9 +273,7 @@ def cli_tokens_per_s(config: str | None, changes: list[str], steps: int, out: Pa
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "loss" in r]
     first, last = rows[0], rows[-1]
-    cfg = load_config(config, changes)
-    per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.context
-    return per_step * (last["step"] - first["step"]) / (last["elapsed_s"] - first["elapsed_s"])
+    return tokens_per_step * (last["step"] - first["step"]) / (last["elapsed_s"] - first["elapsed_s"])
 
 
 class BusyCore:
@@ -306,7 +306,7 @@ def cli_benchmark(config: str | None, nano, env: dict, scratch: Path, peaks: dic
         mini, nano_runs = [], []
         timer = TrainTimer(cfg, corpus, threads)
         for _ in range(rounds):
-            mini.append(cli_tokens_per_s(config, changes, steps, out, env))
+            mini.append(cli_tokens_per_s(config, changes, steps, per_step, out, env))
             timer.round(max(5, steps // 10))
             if nano:
                 nano_runs.append(
@@ -325,7 +325,7 @@ def cli_benchmark(config: str | None, nano, env: dict, scratch: Path, peaks: dic
             busy, busy_nano = [], []
             with BusyCore():
                 for _ in range(rounds):
-                    busy.append(cli_tokens_per_s(config, changes, steps, out, env))
+                    busy.append(cli_tokens_per_s(config, changes, steps, per_step, out, env))
                     if nano:
                         busy_nano.append(nano.train_tokens_per_s(nano_iters, True, nano_shape, per_step))
             entry["busy_minigpt_cli_runs"] = [round(x) for x in busy]

@@ -76,6 +76,19 @@ def norms(model: MiniGPT) -> list[torch.nn.Module]:
 # one class, one forward
 
 
+def forward_calls(monkeypatch) -> list:
+    """The models MiniGPT.forward runs on from now on (a forward patched onto the class)."""
+    seen = []
+    real = MiniGPT.forward
+
+    def spy(self, ids, targets=None, recorder=None, cache=None, last_only=False):
+        seen.append(self)
+        return real(self, ids, targets, recorder, cache, last_only)
+
+    monkeypatch.setattr(MiniGPT, "forward", spy)
+    return seen
+
+
 def test_the_folded_model_is_a_minigpt_running_minigpt_forward(monkeypatch):
     model = randomised(tie_embeddings=True)
     folded = fold_norms(model)
@@ -92,14 +105,7 @@ def test_the_folded_model_is_a_minigpt_running_minigpt_forward(monkeypatch):
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
     assert "forward" not in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     # a forward patched onto the class is what the folded model runs too: nothing to guard
-    seen = []
-    real = MiniGPT.forward
-
-    def spy(self, ids, targets=None, recorder=None, cache=None, last_only=False):
-        seen.append(self)
-        return real(self, ids, targets, recorder, cache, last_only)
-
-    monkeypatch.setattr(MiniGPT, "forward", spy)
+    seen = forward_calls(monkeypatch)
     logits(folded, torch.tensor([[1, 2]]), last_only=True)
     assert seen == [folded]
 
@@ -194,14 +200,7 @@ def test_post_norm_and_subclasses_do_not_fold_and_say_why():
 def test_a_model_that_does_not_fold_samples_through_itself(monkeypatch):
     model = randomised(norm_position="post")
     monkeypatch.setattr(generate_module, "fold_norms", lambda m: pytest.fail("folded a post-norm model"))
-    seen = []
-    real = MiniGPT.forward
-
-    def spy(self, ids, targets=None, recorder=None, cache=None, last_only=False):
-        seen.append(self)
-        return real(self, ids, targets, recorder, cache, last_only)
-
-    monkeypatch.setattr(MiniGPT, "forward", spy)
+    seen = forward_calls(monkeypatch)
     runs = [
         [s.tokens for s in generate(model, [1, 2, 3], 2 * CONTEXT, generator=torch.Generator().manual_seed(5), **o)]
         for o in (dict(use_cache=True), dict(use_cache=False))
