@@ -19,13 +19,13 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from . import distributed
 from . import interventions as edits
-from .config import Config, load_config, updated
+from .config import Config, SampleConfig, load_config, updated
 from .data import read_text
 from .device import keep_freed_memory, pick_device, use_threads
 from .errors import MinigptError, option
@@ -42,7 +42,7 @@ from .trace import compare as compare_passes
 from .trainer import CheckpointSaver, DivergedError, Trainer, TrainResult, WriteFailed, run_folder_listeners
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
-SAMPLE_SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "greedy", "seed", "num_samples", "stop", "slide")
+SAMPLE_SETTINGS = tuple(f.name for f in fields(SampleConfig) if f.name != "prompt")
 
 
 def train(

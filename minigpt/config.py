@@ -117,10 +117,11 @@ class TrainConfig:
     min_lr: float = _spec(1e-4, "learning rate at the end of the cosine decay", minimum=0.0)
     warmup_steps: int = _spec(100, "linear warmup steps", minimum=0)
     optimizer: str = _spec(
-        "muon",
-        "adamw for every parameter, or muon for the blocks' weight matrices with "
-        "AdamW for the tables, head, gains and biases",
-        choices=("adamw", "muon"),
+        "auto",
+        "adamw for every parameter, muon for the blocks' weight matrices with AdamW for the tables, "
+        "head, gains and biases, or auto: muon where its per-step orthogonalisation costs under half "
+        "the step's own arithmetic (small batches make it dear), else adamw",
+        choices=("adamw", "muon", "auto"),
     )
     muon_learning_rate: float = _spec(
         0.02, "peak learning rate of Muon (optimizer = muon), on the same schedule", positive=True
@@ -173,6 +174,12 @@ class SampleConfig:
     num_samples: int = _spec(1, "independent samples, generated as one batch", minimum=1)
     stop: str = _spec("", "stop a sample once this text appears in its completion (empty = never)")
     slide: bool = _spec(True, "past the position table, keep going with a sliding window")
+    runtime: str = _spec(
+        "torch",
+        "what runs the window's forward past the position table: torch, or onnxruntime (the onnx "
+        "extra: the same graph, exported by torch, with less cost per operation on the CPU)",
+        choices=("torch", "onnxruntime"),
+    )
 
 
 SECTIONS: dict[str, type] = {

@@ -111,6 +111,7 @@ class Generation:
         slide: bool,
         fast_path: bool = True,
         writable: int | None = None,
+        runtime: str = "torch",
     ):
         self.model, self.prompt = model, prompt
         self.writable = writable  # ids 0 .. writable - 1 only: a padded model's extra rows are never drawn
@@ -120,6 +121,8 @@ class Generation:
         self.stop_reason: str | None = None
         self._foldable = fast_path and unfoldable(model) is None
         self._folded: MiniGPT | None = None
+        self.runtime = runtime
+        self._window_runtime = None  # onnx_window.WindowRuntime, built at the first full window
 
     def _recompute(self, window: Tensor) -> Tensor:
         """[B, T <= context] ids -> [B, V] scores of the last position, with no cache. The folded
@@ -128,6 +131,12 @@ class Generation:
         if self._folded is None and self._foldable:
             self._folded = fold_norms(self.model)
         model = self.model if self._folded is None else self._folded
+        if self.runtime == "onnxruntime" and window.shape[1] == model.context:
+            if self._window_runtime is None:
+                from .onnx_window import WindowRuntime  # the onnx extra: imported only when chosen
+
+                self._window_runtime = WindowRuntime(model, window.shape[0])
+            return self._window_runtime(window)
         return model(window, last_only=True)[0][:, -1]
 
     def __iter__(self) -> Iterator[Step]:
@@ -175,6 +184,7 @@ def generate(
     slide: bool = True,
     fast_path: bool = True,
     writable: int | None = None,
+    runtime: str = "torch",
 ) -> Generation:
     """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) for up to `max_new_tokens` tokens, as
     `num_samples` rows of one batch (a [T] prompt is repeated; a [B, T] one is taken as it is).
@@ -182,6 +192,7 @@ def generate(
     `generator` (on the model's device) makes sampling reproducible without touching the global RNG.
     `use_cache=False` recomputes the whole window every step: the reference the KV cache must match.
     `fast_path=False` makes every full recompute run the model itself instead of its folded copy.
+    `runtime="onnxruntime"` runs the full windows past the table on onnxruntime (onnx_window.py).
     `writable`: how many ids the tokenizer can write, when the model has more rows than that
     (nanoGPT pads GPT-2's 50,257 ids to 50,304 rows): only those ids are ever drawn, the
     distribution normalised over them. The model should be in eval mode (dropout would make every
@@ -216,6 +227,7 @@ def generate(
         slide,
         fast_path,
         writable=writable if writable is not None and writable < model.vocab_size else None,
+        runtime=runtime,
     )
 
 
@@ -320,6 +332,10 @@ def complete(
     produced: the prompt first, then every piece that can be shown (a split UTF-8 character or a
     possible start of the stop text is held back until it is settled)."""
     s = settings
+    if s.runtime == "onnxruntime":
+        from .onnx_window import require
+
+        require()  # a missing extra is refused before any token
     text = prompt if prompt else "\n"
     prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
     device = next(model.parameters()).device
@@ -337,6 +353,7 @@ def complete(
         use_cache=use_cache,
         slide=s.slide,
         writable=tokenizer.vocab_size,
+        runtime=s.runtime,
     )
     samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
     stream = on_text if s.num_samples == 1 else None

@@ -67,7 +67,7 @@ def training_bytes(cfg: ModelConfig, vocab_size: int, batch_size: int, optimizer
     micro-batch's activations kept for the backward pass (per block and position: about 12
     width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over)."""
     width = DTYPE_BYTES[cfg.dtype]
-    state = 2 if optimizer == "adamw" else 1.5
+    state = 1.5 if optimizer == "muon" else 2  # auto: whichever it takes, at most AdamW's two
     hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
     per_position = cfg.n_layer * (12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context) + 3 * vocab_size
     return int(parameter_count(cfg, vocab_size) * width * (2 + state) + batch_size * cfg.context * per_position * width)

@@ -39,7 +39,7 @@ from .device import check_dtype, default_threads, pick_device, pick_precision, u
 from .distributed import RankLost, World
 from .errors import MinigptError, option
 from .model import MiniGPT, check_context
-from .optimizers import Optimizers, make_optimizer
+from .optimizers import Optimizers, chosen_optimizer, make_optimizer
 from .tokenizer import TextTokenizer
 
 
@@ -374,6 +374,9 @@ def _prepare(
             f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
             f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge"
         )
+    said = chosen_optimizer(session.model, tc)[1]
+    if said:
+        notes.append(f"note: {said}")
     if tc.warmup_steps >= tc.steps:
         notes.append(
             f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "

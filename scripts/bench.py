@@ -12,7 +12,10 @@ where it matters, so both see the same machine at the same moment):
     BPE 1,024, biases on): minigpt's real `Trainer.train_step` in its default precision and in
     float32, against nanoGPT's train.py (compile off, float32, gradient_accumulation_steps=1);
   - time to quality: the default `minigpt train` against nanoGPT's 2,000 iterations, wall time and
-    validation bits per byte;
+    validation bits per byte; and at a small batch (16 windows) and at 6L/6H/384 context 256, the
+    seconds from launch until minigpt's default recipe, and AdamW, first evaluate at or below the
+    figure nanoGPT's recipe ends at, the same number of steps (`--only quality` measures this alone);
+  - `minigpt train` through the CLI at both shapes, quiet and with one core kept busy (`--only cli`);
   - sampling at batch 1, 1,000 new tokens, temperature 1, sliding window past the table: minigpt's
     `generate` against nanoGPT's `GPT.generate` on a model of the same shape;
   - a sampling call as a user makes it (`minigpt sample -p "ROMEO:" -n 200`, start to exit) against
@@ -29,6 +32,7 @@ Nothing here belongs in the test suite.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -49,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from minigpt.config import load_config  # noqa: E402
 from minigpt.data import load_corpus  # noqa: E402
+from minigpt.flops import training_flops_per_token  # noqa: E402
 from minigpt.generate import generate  # noqa: E402
 from minigpt.model import MiniGPT  # noqa: E402
 from minigpt.session import build  # noqa: E402
@@ -149,16 +154,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def training_flops_per_token(model: MiniGPT) -> float:
-    """6 x the weights every token multiplies (every parameter but the two tables' rows, the head
-    included even when it shares the token table), plus attention's 12 x layers x width x context:
-    the estimate nanoGPT's estimate_mfu uses."""
-    cfg = model.cfg
-    tables = model.token_table.weight.numel() + model.position_table.weight.numel()
-    multiplied = model.num_parameters() - tables + (model.head.weight.numel() if cfg.tie_embeddings else 0)
-    return 6 * multiplied + 12 * cfg.n_layer * cfg.n_embd * cfg.context
-
-
 # ---------------------------------------------------------------- minigpt
 
 
@@ -192,12 +187,19 @@ class TrainTimer:
 
 
 def _timed_tokens(
-    model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int, use_cache: bool
+    model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int, use_cache: bool, runtime: str = "torch"
 ) -> tuple[list[int], float]:
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     generation = generate(
-        model, prompt_ids, new_tokens, temperature=1.0, generator=generator, use_cache=use_cache, slide=True
+        model,
+        prompt_ids,
+        new_tokens,
+        temperature=1.0,
+        generator=generator,
+        use_cache=use_cache,
+        slide=True,
+        runtime=runtime,
     )
     _sync(str(device))
     start = time.perf_counter()
@@ -219,7 +221,9 @@ def bench_sampling(
     """Sampling speed at batch 1: `new_tokens` tokens (temperature 1, sliding window past the
     table) with the KV cache and with full recompute, in the same process on the same model; the
     best of `repeats` alternating runs of each. Past the table every step is a full recompute of
-    `context` positions in both modes, so the cache only speeds up the first tokens."""
+    `context` positions in both modes, so the cache only speeds up the first tokens. Where the onnx
+    extra is installed, the same with `runtime = "onnxruntime"` (its export cached by a first,
+    untimed run)."""
     model.eval()
     prompt_ids = tokenizer.encode(prompt if prompt else "\n")
     for use_cache in (True, False):  # warm up kernels and allocator outside the clock
@@ -232,6 +236,19 @@ def bench_sampling(
     with_cache = new_tokens / cached_s if cached_s > 0 else 0.0
     without_cache = new_tokens / plain_s if plain_s > 0 else 0.0
     parameter = next(model.parameters())
+    onnx: dict = {}
+    try:
+        from minigpt.onnx_window import require
+
+        require()
+    except Exception as missing:  # noqa: BLE001 - the extra is optional: say why the row is absent
+        onnx["onnxruntime"] = str(missing)
+    else:
+        _timed_tokens(model, prompt_ids, min(warmup_tokens + model.context, new_tokens), seed, True, "onnxruntime")
+        timed = [_timed_tokens(model, prompt_ids, new_tokens, seed, True, "onnxruntime") for _ in range(repeats)]
+        onnx_ids, onnx_s = min(timed, key=lambda r: r[1])
+        onnx["onnxruntime_tokens_per_s"] = round(new_tokens / onnx_s, 1)
+        onnx["onnxruntime_same_tokens"] = onnx_ids == cached_ids
     return {
         "new_tokens": new_tokens,
         "context": model.context,
@@ -241,6 +258,7 @@ def bench_sampling(
         "without_kv_cache_tokens_per_s": round(without_cache, 1),
         "speedup": round(with_cache / without_cache, 3) if without_cache else None,
         "same_tokens": cached_ids == plain_ids,
+        **onnx,
     }
 
 
@@ -407,13 +425,131 @@ def minigpt_full_run(config: str | None, out: Path, env: dict) -> dict:
     }
 
 
+def minigpt_time_to(
+    config: str | None, changes: list[str], steps: int, target_bpb: float, out: Path, env: dict
+) -> dict:
+    """`minigpt train` from launch until its metrics log shows an evaluation at or below
+    `target_bpb` (the run is stopped there): the seconds a user waits for that quality. A run that
+    ends above it reports its best figure and no time."""
+    shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
+    command += ["-c", config] if config else []
+    command += ["--steps", str(steps)]
+    for change in [*changes, f"train.checkpoint_interval={steps}"]:
+        command += ["--set", change]
+    metrics, read, evals = out / "metrics.jsonl", 0, []
+    with tempfile.TemporaryFile("w+") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        while True:
+            finished = process.poll() is not None
+            if metrics.exists():
+                with open(metrics, encoding="utf-8") as log:
+                    log.seek(read)
+                    text = log.read()
+                complete = text[: text.rfind("\n") + 1]  # a line still being written waits
+                read += len(complete)
+                for line in complete.splitlines():
+                    record = json.loads(line)
+                    if record.get("eval"):
+                        evals.append((time.perf_counter() - started, record["step"], record["val_bpb"]))
+            reached = [e for e in evals if e[2] <= target_bpb]
+            if reached or finished:
+                break
+            time.sleep(0.05)
+        if not finished:
+            process.kill()
+            process.wait()
+        elif process.returncode != 0:
+            stderr.seek(0)
+            raise SystemExit(f"bench: minigpt train failed:\n{stderr.read()}")
+    best = min(evals, key=lambda e: e[2])
+    first = reached[0] if reached else None
+    return {
+        "seconds": round(first[0], 1) if first else None,
+        "step": first[1] if first else None,
+        "val_bpb": round((first or best)[2], 4),
+        "evaluations": [[round(t, 1), step, round(bpb, 4)] for t, step, bpb in evals],
+    }
+
+
+# Time to nanoGPT's quality away from the default shape: nanoGPT's recipe (NANO_RECIPE) at a small
+# batch and at the larger shape, its final validation figure the target; minigpt's default recipe
+# and AdamW at the same shape, steps and warmup, each timed from launch to its first evaluation at
+# or below that figure. name, minigpt changes, nanoGPT overrides, steps, warmup, evaluation every,
+# batches per evaluation (nanoGPT's eval_iters: the same amount of validation text).
+QUALITY_RUNS = (
+    ("batch 16", ["train.batch_size=16"], ["--batch_size=16"], 2000, 100, 200, 50),
+    ("6L/6H/384, context 256, batch 16", LARGE_SHAPE, NANO_LARGE_SHAPE, 60, 10, 10, 5),
+)
+
+
+def time_to_quality(config: str | None, nano, env: dict, scratch: Path) -> dict:
+    result = {}
+    for name, changes, nano_changes, steps, warmup, every, batches in QUALITY_RUNS:
+        target = None
+        if nano:
+            target = nano.full_run(
+                [
+                    *nano_changes,
+                    f"--max_iters={steps}",
+                    f"--lr_decay_iters={steps}",
+                    f"--warmup_iters={warmup}",
+                    f"--eval_interval={steps}",
+                    f"--eval_iters={batches}",
+                ]
+            )
+        schedule = [f"train.warmup_steps={warmup}", f"train.eval_interval={every}", f"train.eval_batches={batches}"]
+        entry = {"steps": steps, "nanogpt": target}
+        for recipe, extra in (("default", []), ("adamw", ['train.optimizer="adamw"'])):
+            # without nanoGPT, the target is one no run reaches: the whole run is timed
+            entry[recipe] = minigpt_time_to(
+                config,
+                [*SHAPE, *changes, *schedule, *extra],
+                steps,
+                target["val_bpb"] if target else -math.inf,
+                scratch / "quality-run",
+                env,
+            )
+        result[name] = entry
+    return result
+
+
+def quality_rows(quality: dict, row) -> None:
+    for name, e in quality.items():
+        nano = e["nanogpt"]
+        reach = f"{nano['val_bpb']} bits/byte" if nano else "the end"
+        for recipe, label in (("default", "default recipe"), ("adamw", "AdamW")):
+            m = e[recipe]
+            row(
+                f"time to nanoGPT's {e['steps']}-step quality ({reach}), {name}: minigpt {label}"
+                + ("" if m["seconds"] or not nano else f" (not reached: best {m['val_bpb']})"),
+                m["seconds"],
+                nano["wall_s"] if nano else None,
+                "s",
+                "<= 1/3 (x >= 3)" if recipe == "default" else "",
+                better="lower",
+            )
+        d, a = e["default"]["seconds"], e["adamw"]["seconds"]
+        row(
+            f"time to that quality, {name}: default recipe against AdamW",
+            d,
+            a,
+            "s",
+            "<= x1.0",
+            better="of-reference",
+        )
+
+
 def startup(run: Path, env: dict, repeats: int = 5) -> dict:
     """`minigpt sample -p "ROMEO:" -n 200` start to exit against `python -c "import torch"`,
-    alternating, best of `repeats` each."""
-    commands = {
-        "import_torch": [sys.executable, "-c", "import torch"],
-        "minigpt_sample": [sys.executable, "-m", "minigpt", "sample", "--run", str(run), "-p", "ROMEO:", "-n", "200"],
-    }
+    alternating, best of `repeats` each; where the onnx extra is installed, also with `--runtime
+    onnxruntime` (its export cached by a first, untimed call, as a user's second call finds it)."""
+    sample = [sys.executable, "-m", "minigpt", "sample", "--run", str(run), "-p", "ROMEO:", "-n", "200"]
+    commands = {"import_torch": [sys.executable, "-c", "import torch"], "minigpt_sample": sample}
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnxscript"):
+        commands["minigpt_sample_onnxruntime"] = [*sample, "--runtime", "onnxruntime"]
+        subprocess.run(commands["minigpt_sample_onnxruntime"], capture_output=True, env=env)
     best = {name: math.inf for name in commands}
     for _ in range(repeats):
         for name, command in commands.items():
@@ -426,6 +562,11 @@ def startup(run: Path, env: dict, repeats: int = 5) -> dict:
         "import_torch_s": round(best["import_torch"], 3),
         "minigpt_sample_s": round(best["minigpt_sample"], 3),
         "ratio": round(best["minigpt_sample"] / best["import_torch"], 3),
+        **(
+            {"minigpt_sample_onnxruntime_s": round(best["minigpt_sample_onnxruntime"], 3)}
+            if "minigpt_sample_onnxruntime" in best
+            else {}
+        ),
     }
 
 
@@ -636,9 +777,10 @@ class NanoGPT:
         times = [float(t) for _, t in re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", done.stdout, re.M)]
         return tokens_per_iter / (statistics.median(times[skip:]) / 1000)
 
-    def full_run(self) -> dict:
-        """Its README's 2,000-iteration run: wall time and the final validation loss."""
-        done, wall = self.train(NANO_RECIPE)
+    def full_run(self, overrides: list[str] = ()) -> dict:
+        """Its README's 2,000-iteration run (`overrides` change its shape or length: the last value
+        given wins): wall time and the final validation loss."""
+        done, wall = self.train([*NANO_RECIPE, *overrides])
         losses = re.findall(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)", done.stdout, re.M)
         step, _, val = losses[-1]
         return {
@@ -695,7 +837,7 @@ def main() -> None:
     parser.add_argument("--folder-mb", type=float, default=200, help="size of the generated folder, in all")
     parser.add_argument(
         "--only",
-        choices=["folder", "cli"],
+        choices=["folder", "cli", "quality"],
         default=None,
         help="measure this part alone (and the machine), nothing else",
     )
@@ -755,17 +897,23 @@ def main() -> None:
             flush=True,
         )
 
-    if args.only == "cli":
+    if args.only in ("cli", "quality"):
         try:
             report["matmul_gflops"] = {
                 "float32": round(matmul_peak(torch.float32)),
                 "bfloat16": round(matmul_peak(torch.bfloat16)),
             }
             nano = NanoGPT(args.nanogpt.resolve(), scratch, env) if args.nanogpt else None
-            report["cli"] = cli_benchmark(args.config, nano, env, scratch, report["matmul_gflops"], threads)
+            if args.only == "cli":
+                report["cli"] = cli_benchmark(args.config, nano, env, scratch, report["matmul_gflops"], threads)
+            else:
+                report["quality"] = time_to_quality(args.config, nano, env, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        cli_rows(report["cli"], row)
+        if args.only == "cli":
+            cli_rows(report["cli"], row)
+        else:
+            quality_rows(report["quality"], row)
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print_rows(report)
@@ -856,6 +1004,14 @@ def main() -> None:
             "tokens/s",
             ">= 3x",
         )
+        if "onnxruntime_tokens_per_s" in sampling:
+            row(
+                'sample tokens/s, batch 1, 1,000 new tokens, runtime = "onnxruntime" (the onnx extra)',
+                sampling["onnxruntime_tokens_per_s"],
+                round(nano_sample, 1) if nano_sample else None,
+                "tokens/s",
+                ">= 3x",
+            )
 
         if not args.quick:
             report["cli"] = cli_benchmark(args.config, nano, env, scratch, report["matmul_gflops"], threads)
@@ -881,6 +1037,8 @@ def main() -> None:
                 "<= 2.205",
                 better="lower",
             )
+            report["quality"] = time_to_quality(args.config, nano, env, scratch)
+            quality_rows(report["quality"], row)
             s = startup(run, env)
             report["startup"] = s
             row(
@@ -891,6 +1049,15 @@ def main() -> None:
                 "<= x1.15",
                 better="of-reference",
             )
+            if "minigpt_sample_onnxruntime_s" in s:
+                row(
+                    "the same with `--runtime onnxruntime` (export cached)",
+                    s["minigpt_sample_onnxruntime_s"],
+                    s["import_torch_s"],
+                    "s",
+                    "<= x1.15",
+                    better="of-reference",
+                )
             report["large_text"] = large_text(args.large_mb, env)
             report["folder"] = folder_benchmark(args.folder_files, args.folder_mb, args.config, env)
         torch.set_num_threads(threads)
@@ -965,9 +1132,10 @@ def print_rows(report: dict) -> None:
     print(f"{'figure':<{w}}  {'minigpt':>10}  {'nanoGPT':>10}  {'ratio':>7}  target")
     print(f"{'':<{w}}  {'':>10}  {'(or ref.)':>10}")
     for r in report["rows"]:
+        m = "-" if r["minigpt"] is None else r["minigpt"]
         n = "" if r["nanogpt"] is None else r["nanogpt"]
         x = "" if r["ratio"] is None else f"x{r['ratio']}"
-        print(f"{r['figure']:<{w}}  {r['minigpt']:>10}  {n:>10}  {x:>7}  {r['target']}")
+        print(f"{r['figure']:<{w}}  {m:>10}  {n:>10}  {x:>7}  {r['target']}")
 
 
 if __name__ == "__main__":

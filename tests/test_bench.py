@@ -52,6 +52,10 @@ def test_sampling_benchmark_reports_both_speeds_on_the_same_tokens(bench, tiny_c
     assert report["same_tokens"] is True
     assert report["with_kv_cache_tokens_per_s"] > 0 and report["without_kv_cache_tokens_per_s"] > 0
     assert report["device"] == "cpu" and report["dtype"] == "float32"
+    if "onnxruntime_tokens_per_s" in report:  # the onnx extra (in the test extra): the same tokens
+        assert report["onnxruntime_same_tokens"] is True and report["onnxruntime_tokens_per_s"] > 0
+    else:
+        assert "pip install" in report["onnxruntime"]  # why the row is missing
 
 
 def test_the_folder_benchmark_writes_distinct_files_and_measures_each_process_alone(bench, tmp_path):
@@ -71,3 +75,17 @@ def test_the_folder_benchmark_writes_distinct_files_and_measures_each_process_al
     )
     small = bench.timed_process([sys.executable, "-c", "pass"], dict(os.environ), tmp_path)
     assert big["peak_rss_mb"] >= 190 and small["peak_rss_mb"] < 100  # the second is not the first's maximum
+
+
+def test_time_to_quality_stops_at_the_first_evaluation_that_reaches_the_target(bench, tiny_config, tmp_path):
+    import os
+
+    env = dict(os.environ)
+    reached = bench.minigpt_time_to(str(tiny_config), [], 20, float("inf"), tmp_path / "a", env)
+    assert reached["step"] == 10 and reached["seconds"] > 0  # every figure is below infinity: the first
+    assert reached["evaluations"][0][1] == 10 and reached["val_bpb"] == reached["evaluations"][0][2]
+
+    missed = bench.minigpt_time_to(str(tiny_config), [], 20, -float("inf"), tmp_path / "b", env)
+    assert missed["seconds"] is None and missed["step"] is None
+    assert [step for _, step, _ in missed["evaluations"]] == [10, 20]  # ran to its end
+    assert missed["val_bpb"] == min(bpb for _, _, bpb in missed["evaluations"])

@@ -36,7 +36,9 @@ ALLOWED = {
     "memory": {"config", "device", "errors"},
     "run": {"config", "device", "errors", "events", "failpoints", "io", "memory", "model", "sources", "tokenizer"},
     "convert": {"config", "errors", "export", "memory", "model", "run", "tokenizer"},
-    "generate": {"fold", "model"},
+    "generate": {"fold", "model", "onnx_window"},  # onnx_window lazily: only with runtime = "onnxruntime"
+    "onnx_window": {"errors", "model", "token_cache"},
+    "flops": {"model"},
     "interventions": {"errors", "model", "stages"},
     "scoring": {"model"},
     "export": {"errors", "model", "tokenizer"},
@@ -45,7 +47,7 @@ ALLOWED = {
     "trace_text": {"errors", "stages", "trace"},
     "explorer": {"api", "config", "device", "errors", "generate", "stages", "trace"},
     "distributed": {"errors"},
-    "optimizers": {"model"},
+    "optimizers": {"flops", "model"},
     "threads": {"device"},
     "session": {
         "config",

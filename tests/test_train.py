@@ -570,6 +570,15 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
     assert {"token_table.weight", "position_table.weight", "head.weight"} <= in_adamw
 
 
+def test_train_says_which_optimizer_auto_took_and_why(cli, tiny_config, tmp_path):
+    # 4 windows of 8 tokens: Muon's orthogonalisation would dwarf the step's own arithmetic
+    result = train_tiny(cli, tiny_config, tmp_path / "run", "--steps", "2", "--set", 'train.optimizer="auto"')
+    said = [line for line in result.stderr.splitlines() if 'optimizer = "auto"' in line]
+    assert len(said) == 1 and said[0].startswith('note: optimizer = "auto": adamw (') and "32-token step" in said[0]
+    payload = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert "optimizers" not in payload["optimizer"]  # AdamW's own state dict, not Muon beside AdamW
+
+
 def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_config):
     from minigpt.data import load_corpus
     from minigpt.session import build

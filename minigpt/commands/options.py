@@ -179,6 +179,15 @@ class SampleOptions(Options):
         ),
         ConfigKey("sample.slide"),
     ] = None
+    runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime",
+            help="What runs the window's forward past the position table: torch, or onnxruntime "
+            '(faster on the CPU; pip install "minigpt[onnx]").',
+        ),
+        ConfigKey("sample.runtime"),
+    ] = None
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object per sample instead of streaming text.")
     ] = False

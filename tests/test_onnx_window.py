@@ -1,0 +1,143 @@
+"""[sample] runtime = "onnxruntime" (onnx_window.py): past the position table the window's forward
+runs on onnxruntime, from the graph torch's exporter captures of the folded model's own forward. The
+reference is the torch path of the same Generation: the same scores within float32 rounding, the
+same tokens. Skipped where the onnx extra is not installed (it is in the test extra)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from minigpt.cli import app
+from minigpt.config import load_config
+from minigpt.fold import fold_norms
+from minigpt.generate import generate
+from minigpt.model import MiniGPT
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from minigpt import onnx_window  # noqa: E402
+
+SHAPE = [
+    "model.context=8",
+    "model.n_layer=2",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.ffn_hidden=32",
+]
+
+
+def model_of(*changes: str, seed: int = 0) -> MiniGPT:
+    cfg = load_config(None, [*SHAPE, *changes])
+    torch.manual_seed(seed)
+    model = MiniGPT(cfg.model, 40).eval()
+    with torch.no_grad():  # weights far from their initial scale: distributions far from uniform
+        for p in model.parameters():
+            p.normal_(0.0, 0.4)
+    return model
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        [],
+        ['model.activation="gelu"', 'model.norm="rmsnorm"', "model.bias=false", "model.tie_embeddings=true"],
+    ],
+    ids=["layernorm-relu", "rmsnorm-gelu-tied"],
+)
+def test_the_runtime_scores_a_window_as_the_torch_path_does(changes):
+    folded = fold_norms(model_of(*changes))
+    runtime = onnx_window.WindowRuntime(folded, 2)
+    windows = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        expected = folded(windows, last_only=True)[0][:, -1]
+        got = runtime(windows)
+    assert got.shape == (2, 40) and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+    assert (expected - expected.mean()).abs().max() > 1.0  # scores that differ, not a flat row
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_sampling_past_the_table_draws_the_same_tokens(greedy):
+    model = model_of()
+
+    def tokens(runtime: str) -> list[int]:
+        generation = generate(
+            model,
+            [1, 2, 3],
+            40,  # 35 of them past the 8-row table
+            temperature=1.0,
+            greedy=greedy,
+            generator=torch.Generator().manual_seed(7),
+            num_samples=2,
+            runtime=runtime,
+        )
+        return torch.stack([step.tokens for step in generation]).tolist()
+
+    assert tokens("onnxruntime") == tokens("torch")
+
+
+def test_the_export_is_cached_and_keyed_by_the_weights(monkeypatch, isolated_cache):
+    folded = fold_norms(model_of())
+    onnx_window.WindowRuntime(folded, 1)
+    assert len(list((isolated_cache / "onnx").glob("*.onnx"))) == 1
+    assert not list((isolated_cache / "onnx").glob("*.tmp"))  # nothing half-written left behind
+
+    def no_export(*args):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(onnx_window, "_export", no_export)
+    onnx_window.WindowRuntime(folded, 1)  # the same weights: read from the cache
+    with pytest.raises(AssertionError, match="exported again"):
+        onnx_window.WindowRuntime(fold_norms(model_of(seed=1)), 1)  # other weights: another graph
+
+
+def tiny_run(folder: Path) -> Path:
+    config = folder / "tiny.toml"
+    config.write_text(
+        "[model]\ncontext = 8\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\n"
+        '[tokenizer]\nkind = "char"\n[train]\nout = "run"\ndevice = "cpu"\n',
+        encoding="utf-8",
+    )
+    from minigpt.run import write_model_run
+    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+
+    cfg = load_config(config)
+    tokenizer = TextTokenizer(train_tokenizer("char", 300, "ROMEO: hello world!\nJULIET: what light?\n"))
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, tokenizer.vocab_size).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    write_model_run(cfg.run_dir, cfg, model, tokenizer)
+    return config
+
+
+def test_minigpt_sample_with_the_runtime_prints_what_torch_prints(tmp_path):
+    config = tiny_run(tmp_path)
+    runner = CliRunner()
+    args = ["sample", "-c", str(config), "-p", "ROMEO:", "-n", "30"]
+    torch_text = runner.invoke(app, args)
+    onnx_text = runner.invoke(app, [*args, "--runtime", "onnxruntime"])
+    assert torch_text.exit_code == 0 and onnx_text.exit_code == 0, (onnx_text.output, onnx_text.exception)
+    assert onnx_text.stdout == torch_text.stdout and len(torch_text.stdout) > 30
+
+
+def test_a_missing_extra_is_refused_in_one_line_naming_the_install(tmp_path, monkeypatch):
+    config = tiny_run(tmp_path)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
+    result = CliRunner().invoke(app, ["sample", "-c", str(config), "-n", "20", "--runtime", "onnxruntime"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+    assert 'pip install "minigpt[onnx]"' in result.stderr and 'runtime = "torch"' in result.stderr
+
+
+def test_an_unknown_runtime_is_refused_naming_the_choices(tmp_path):
+    config = tiny_run(tmp_path)
+    result = CliRunner().invoke(app, ["sample", "-c", str(config), "--runtime", "tensorrt"])
+    assert result.exit_code == 2 and "tensorrt" in result.stderr and "onnxruntime" in result.stderr
