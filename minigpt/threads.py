@@ -27,7 +27,10 @@ from .device import autocast
 SLOWER = 1.4  # steps this much slower than when the count was chosen: time the candidates again
 RECHECK_S = 60.0  # on fewer threads than cores, time the candidates again this often
 WINDOW = 16  # steps whose median is compared
-PROBE_ROWS = 16  # windows per timed pass: enough work to split over the cores, a fraction of a step
+# Tokens per timed pass (whole windows, at least one): enough work to split over the cores, a
+# fraction of a step. Counted in tokens, not windows: 16 windows of context 256 were a whole step of
+# 6L/384 (2.3 s), and the eight passes of a choice took 18 s before its first step.
+PROBE_TOKENS = 512
 ROUNDS = 3  # timed passes per candidate (the fastest counts: a pass is slowed, never sped up, by noise)
 
 
@@ -73,7 +76,8 @@ def timed_pass(
 def choose(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int) -> int:
     """Time the candidate counts on `batch` and set torch to the fastest. Leaves no trace on the
     run: the RNG states are restored (dropout draws from them) and the gradients cleared."""
-    x, y = batch[0][:PROBE_ROWS], batch[1][:PROBE_ROWS]
+    rows = max(1, PROBE_TOKENS // batch[0].shape[1])
+    x, y = batch[0][:rows], batch[1][:rows]
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
         best = fastest(candidates(cores), timed_pass(model, (x, y), precision))
     model.zero_grad(set_to_none=True)

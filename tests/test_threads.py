@@ -55,6 +55,29 @@ def test_choosing_leaves_no_gradient_and_no_trace_on_the_random_state():
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_a_timed_pass_reads_a_fixed_number_of_tokens_whatever_the_context(monkeypatch):
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(load_config(None).model, n_layer=1, n_embd=16, n_head=2, ffn_hidden=32, context=8)
+    model = MiniGPT(cfg, 20).train()
+    seen = []
+    real = MiniGPT.forward
+
+    def spy(self, ids, *args, **kwargs):
+        seen.append(tuple(ids.shape))
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(MiniGPT, "forward", spy)
+    was = torch.get_num_threads()
+    try:
+        for tokens, rows in ((24, 3), (4, 1)):  # 24 tokens: 3 windows of 8; fewer than a window: one
+            monkeypatch.setattr(threads, "PROBE_TOKENS", tokens)
+            seen.clear()
+            threads.choose(model, (torch.randint(0, 20, (10, 8)), torch.randint(0, 20, (10, 8))), "float32", cores=2)
+            assert seen and set(seen) == {(rows, 8)}
+    finally:
+        torch.set_num_threads(was)
+
+
 class Clock:
     def __init__(self):
         self.now = 0.0
