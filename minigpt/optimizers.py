@@ -11,10 +11,10 @@ every group at each step.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
+from torch.optim._muon import _adjust_lr  # its learning-rate scale per matrix shape, not a copy of it
 
 from .flops import muon_share
 from .model import MiniGPT
@@ -83,20 +83,10 @@ class BatchedMuon(torch.optim.Muon):
                     x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
                 if tall:
                     x = x.mT
-                adjusted = lr * _adjusted_ratio(group["adjust_lr_fn"], params[0].shape)
+                adjusted = _adjust_lr(lr, group["adjust_lr_fn"], params[0].shape)
                 torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
                 torch._foreach_add_(params, list(x.unbind(0)), alpha=-adjusted)
         return loss
-
-
-def _adjusted_ratio(adjust_lr_fn: str | None, shape: torch.Size) -> float:
-    """torch.optim.Muon's learning-rate scale for a matrix of `shape` (its `_adjust_lr`)."""
-    rows, columns = shape[:2]
-    if adjust_lr_fn == "match_rms_adamw":
-        return 0.2 * math.sqrt(max(rows, columns))
-    if adjust_lr_fn is None or adjust_lr_fn == "original":
-        return math.sqrt(max(1, rows / columns))
-    return 1.0
 
 
 def _adamw(params: list, cfg) -> torch.optim.AdamW:

@@ -275,16 +275,24 @@ LARGE_SHAPE = [
 NANO_LARGE_SHAPE = ["--n_layer=6", "--n_head=6", "--n_embd=384", "--block_size=256", "--batch_size=16", "--dropout=0.2"]
 
 
+def train_command(config: str | None, out: Path, steps: int | None = None, changes: list[str] = ()) -> list[str]:
+    """`minigpt train` as the benchmark runs it: quiet, into `out` (replaced), `changes` as --set."""
+    command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
+    command += ["-c", config] if config else []
+    command += ["--steps", str(steps)] if steps is not None else []
+    for change in changes:
+        command += ["--set", change]
+    return command
+
+
 def cli_tokens_per_s(
     config: str | None, changes: list[str], steps: int, tokens_per_step: int, out: Path, env: dict
 ) -> float:
     """`minigpt train` as a user runs it (a subprocess, `threads = 0`, progress off): tokens/s over
     the steady window of its own metrics log, from its first logged step to its last."""
-    command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
-    command += ["-c", config] if config else []
-    command += ["--steps", str(steps)]
-    for change in [*changes, f"train.eval_interval={steps}", f"train.checkpoint_interval={steps}"]:
-        command += ["--set", change]
+    command = train_command(
+        config, out, steps, [*changes, f"train.eval_interval={steps}", f"train.checkpoint_interval={steps}"]
+    )
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise SystemExit(f"bench: minigpt train failed:\n{result.stderr}")
@@ -406,8 +414,7 @@ def cli_rows(cli: dict, row) -> None:
 def minigpt_full_run(config: str | None, out: Path, env: dict) -> dict:
     """`minigpt train` (the default recipe) as a user runs it, token cache warm: wall time and the
     final validation figures from its metrics log."""
-    command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
-    command += ["-c", config] if config else []
+    command = train_command(config, out)
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
@@ -432,11 +439,7 @@ def minigpt_time_to(
     `target_bpb` (the run is stopped there): the seconds a user waits for that quality. A run that
     ends above it reports its best figure and no time."""
     shutil.rmtree(out, ignore_errors=True)
-    command = [sys.executable, "-m", "minigpt", "train", "--out", str(out), "--quiet", "--force"]
-    command += ["-c", config] if config else []
-    command += ["--steps", str(steps)]
-    for change in [*changes, f"train.checkpoint_interval={steps}"]:
-        command += ["--set", change]
+    command = train_command(config, out, steps, [*changes, f"train.checkpoint_interval={steps}"])
     metrics, read, evals = out / "metrics.jsonl", 0, []
     with tempfile.TemporaryFile("w+") as stderr:
         started = time.perf_counter()

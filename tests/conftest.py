@@ -44,6 +44,70 @@ device = "cpu"
 """
 
 
+# A seeded random run folder, built without `minigpt train` (fast): for sampling and its runtimes.
+CORPUS = "ROMEO: hello world, é日!\nJULIET: what light?\n"
+CONTEXT = 8
+
+
+def write_config(
+    folder: Path,
+    name: str = "tiny.toml",
+    *,
+    kind: str = "char",
+    n_layer: int = 1,
+    dtype: str = "float32",
+    out: str = "run",
+    sample: str = "",
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(
+        f"""
+[model]
+context = {CONTEXT}
+n_layer = {n_layer}
+n_head = 2
+n_embd = 16
+ffn_hidden = 32
+dtype = "{dtype}"
+[tokenizer]
+kind = "{kind}"
+vocab_size = 300
+[train]
+out = "{out}"
+device = "cpu"
+[sample]
+{sample}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def make_run(
+    folder: Path, *, kind: str = "char", n_layer: int = 1, dtype: str = "float32", seed: int = 0, sample: str = ""
+) -> Path:
+    """A config file and the run folder it names: a seeded random model with weights large enough
+    that its distributions are far from uniform, and a tokenizer fitted to CORPUS."""
+    import torch
+
+    from minigpt.config import load_config
+    from minigpt.model import MiniGPT
+    from minigpt.run import write_model_run
+    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+
+    config = write_config(folder, kind=kind, n_layer=n_layer, dtype=dtype, sample=sample)
+    cfg = load_config(config)
+    tokenizer = TextTokenizer(train_tokenizer(kind, cfg.tokenizer.vocab_size, CORPUS))
+    torch.manual_seed(seed)
+    model = MiniGPT(cfg.model, tokenizer.vocab_size).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    write_model_run(cfg.run_dir, cfg, model, tokenizer)
+    return config
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
     """Every test gets its own token cache, so no test reads or writes ~/.cache/minigpt; and no

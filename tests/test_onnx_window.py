@@ -6,10 +6,10 @@ same tokens. Skipped where the onnx extra is not installed (it is in the test ex
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_run
 from typer.testing import CliRunner
 
 from minigpt.cli import app
@@ -97,31 +97,10 @@ def test_the_export_is_cached_and_keyed_by_the_weights(monkeypatch, isolated_cac
         onnx_window.WindowRuntime(fold_norms(model_of(seed=1)), 1)  # other weights: another graph
 
 
-def tiny_run(folder: Path) -> Path:
-    config = folder / "tiny.toml"
-    config.write_text(
-        "[model]\ncontext = 8\nn_layer = 1\nn_head = 2\nn_embd = 16\nffn_hidden = 32\n"
-        '[tokenizer]\nkind = "char"\n[train]\nout = "run"\ndevice = "cpu"\n',
-        encoding="utf-8",
-    )
-    from minigpt.run import write_model_run
-    from minigpt.tokenizer import TextTokenizer, train_tokenizer
-
-    cfg = load_config(config)
-    tokenizer = TextTokenizer(train_tokenizer("char", 300, "ROMEO: hello world!\nJULIET: what light?\n"))
-    torch.manual_seed(0)
-    model = MiniGPT(cfg.model, tokenizer.vocab_size).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.5)
-    write_model_run(cfg.run_dir, cfg, model, tokenizer)
-    return config
-
-
 def test_minigpt_sample_with_the_runtime_prints_what_torch_prints_and_nothing_else(tmp_path, minigpt_process):
     # real processes: the exporter logs through torch's own handlers, which only a process's real
     # stderr shows; the first call exports (nothing of it may reach the user), the second reads the cache
-    config = tiny_run(tmp_path)
+    config = make_run(tmp_path)
     args = ["sample", "-c", config, "-p", "ROMEO:", "-n", "30"]
     torch_text = minigpt_process(*args)
     for _ in range(2):
@@ -132,7 +111,7 @@ def test_minigpt_sample_with_the_runtime_prints_what_torch_prints_and_nothing_el
 
 
 def test_a_missing_extra_is_refused_in_one_line_naming_the_install(tmp_path, monkeypatch):
-    config = tiny_run(tmp_path)
+    config = make_run(tmp_path)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
     result = CliRunner().invoke(app, ["sample", "-c", str(config), "-n", "20", "--runtime", "onnxruntime"])
     assert result.exit_code == 2 and result.stdout == ""
@@ -141,6 +120,6 @@ def test_a_missing_extra_is_refused_in_one_line_naming_the_install(tmp_path, mon
 
 
 def test_an_unknown_runtime_is_refused_naming_the_choices(tmp_path):
-    config = tiny_run(tmp_path)
+    config = make_run(tmp_path)
     result = CliRunner().invoke(app, ["sample", "-c", str(config), "--runtime", "tensorrt"])
     assert result.exit_code == 2 and "tensorrt" in result.stderr and "onnxruntime" in result.stderr
