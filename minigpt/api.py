@@ -23,23 +23,24 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import distributed
-from . import interventions as edits
 from .config import Config, SampleConfig, load_config, updated
-from .data import read_text
 from .device import keep_freed_memory, pick_device, use_threads
 from .errors import MinigptError, option
-from .events import Listener
-from .generate import SampleResult, complete
-from .model import MiniGPT
-from .progress import TrainingProgress, preparation
-from .run import load_model, reading_config
-from .scoring import Scores, score
-from .session import Session, TrainingSession
-from .tokenizer import TextTokenizer
-from .trace import Comparison, Trace, parse_ids, prompt_ids, trace_position
-from .trace import compare as compare_passes
-from .trainer import CheckpointSaver, DivergedError, Trainer, TrainResult, WriteFailed, run_folder_listeners
+from .inspection import interventions as edits
+from .inspection.scoring import Scores, score
+from .inspection.trace import Comparison, Trace, parse_ids, prompt_ids, trace_position
+from .inspection.trace import compare as compare_passes
+from .model.gpt import MiniGPT
+from .runs.reading import load_model, reading_config
+from .sampling.generate import SampleResult, complete
+from .text.reading import read_text
+from .text.tokenizer import TextTokenizer
+from .training import distributed
+from .training.events import Listener
+from .training.listeners import CheckpointSaver, run_folder_listeners
+from .training.progress import TrainingProgress, preparation
+from .training.session import Session, TrainingSession
+from .training.trainer import DivergedError, Trainer, TrainResult, WriteFailed
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
 SAMPLE_SETTINGS = tuple(f.name for f in fields(SampleConfig) if f.name != "prompt")
@@ -81,7 +82,7 @@ def train(
             )
         cfg = load_config(config, overrides(set), flags)
         if cfg.train.tensorboard:
-            from .tensorboard import require
+            from .training.tensorboard import require
 
             require()  # before anything is written
         return cfg

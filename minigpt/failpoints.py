@@ -34,11 +34,11 @@ ANNOUNCE_FILE = "MINIGPT_FAILPOINTS_FILE"
 
 # Every point and where the library reaches it (tests/test_failpoints.py holds the two together).
 POINTS = {
-    "tokenizer-fit": "data.load_corpus: the tokenizer is about to be fitted (no token cache entry)",
-    "batch": "trainer.Trainer.train_step: a micro-batch has been drawn, before its forward pass",
-    "eval": "trainer.evaluate: an evaluation begins",
-    "checkpoint-write": "run.save_checkpoint: checkpoint.pt or best.pt is in its temporary file, not yet renamed",
-    "metrics-open": "run.MetricsLog: metrics.jsonl is about to be opened (rewritten first on resume)",
+    "tokenizer-fit": "text.corpus.load_corpus: the tokenizer is about to be fitted (no token cache entry)",
+    "batch": "training.trainer.Trainer.train_step: a micro-batch has been drawn, before its forward pass",
+    "eval": "training.trainer.evaluate: an evaluation begins",
+    "checkpoint-write": "runs.checkpoints.save_checkpoint: checkpoint.pt or best.pt is in its temporary file, not yet renamed",
+    "metrics-open": "training.listeners.MetricsLog: metrics.jsonl is about to be opened (rewritten first on resume)",
 }
 
 

@@ -52,12 +52,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from minigpt.config import load_config  # noqa: E402
-from minigpt.data import load_corpus  # noqa: E402
-from minigpt.flops import training_flops_per_token  # noqa: E402
-from minigpt.generate import generate  # noqa: E402
-from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.session import build  # noqa: E402
-from minigpt.trainer import Trainer  # noqa: E402
+from minigpt.model.flops import training_flops_per_token  # noqa: E402
+from minigpt.model.gpt import MiniGPT  # noqa: E402
+from minigpt.sampling.generate import generate  # noqa: E402
+from minigpt.text.corpus import load_corpus  # noqa: E402
+from minigpt.training.session import build  # noqa: E402
+from minigpt.training.trainer import Trainer  # noqa: E402
 
 # The comparison shape of issue 9 (nanoGPT's README in shared/anchors/nanogpt uses the same).
 SHAPE = [
@@ -238,7 +238,7 @@ def bench_sampling(
     parameter = next(model.parameters())
     onnx: dict = {}
     try:
-        from minigpt.onnx_window import require
+        from minigpt.sampling.onnx_window import require
 
         require()
     except Exception as missing:  # noqa: BLE001 - the extra is optional: say why the row is absent

@@ -37,9 +37,10 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from minigpt.config import load_config  # noqa: E402
-from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.run import model_payload, write_run_files  # noqa: E402
-from minigpt.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
+from minigpt.model.gpt import MiniGPT  # noqa: E402
+from minigpt.runs.checkpoints import model_payload  # noqa: E402
+from minigpt.runs.folder import write_run_files  # noqa: E402
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
 
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
 GPT2_SMALL = dict(n_layer=12, n_head=12, n_embd=768, ffn_hidden=3072, context=1024, vocab_size=50257)
@@ -109,7 +110,7 @@ def prompt_of(run_dir: Path, tokens: int) -> list[int]:
 def server_side(run_dir: Path, ids: list[int], repeat: int) -> dict[str, float]:
     """Explorer.trace as the server answers the page: the trace, the views, the JSON text."""
     from minigpt.api import load
-    from minigpt.explorer import Explorer
+    from minigpt.explore.explorer import Explorer
 
     explorer = Explorer(load(run_dir))
     times, sizes = [], []

@@ -30,11 +30,11 @@ DEFAULT_CONFIG = REPO / "configs" / "chapter17.toml"
 if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
-from minigpt.chapter17 import build_model, chapter_model_config, check_table_17_1  # noqa: E402
 from minigpt.config import load_config, model_section_differences  # noqa: E402
 from minigpt.errors import MinigptError  # noqa: E402
-from minigpt.run import write_model_run  # noqa: E402
-from minigpt.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
+from minigpt.model.chapter17 import build_model, chapter_model_config, check_table_17_1  # noqa: E402
+from minigpt.runs.folder import write_model_run  # noqa: E402
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
 
 ALPHABET = "abc"  # one character per row of E
 

@@ -29,9 +29,9 @@ if str(REPO) not in sys.path:  # run from a checkout without installing
 
 from minigpt.config import load_config  # noqa: E402
 from minigpt.errors import MinigptError  # noqa: E402
-from minigpt.model import MiniGPT  # noqa: E402
-from minigpt.run import write_model_run  # noqa: E402
-from minigpt.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
+from minigpt.model.gpt import MiniGPT  # noqa: E402
+from minigpt.runs.folder import write_model_run  # noqa: E402
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer  # noqa: E402
 
 ALPHABET = "abcd"
 

@@ -92,9 +92,9 @@ def make_run(
     import torch
 
     from minigpt.config import load_config
-    from minigpt.model import MiniGPT
-    from minigpt.run import write_model_run
-    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+    from minigpt.model.gpt import MiniGPT
+    from minigpt.runs.folder import write_model_run
+    from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
     config = write_config(folder, kind=kind, n_layer=n_layer, dtype=dtype, sample=sample)
     cfg = load_config(config)

@@ -29,7 +29,7 @@ def test_importing_minigpt_loads_no_torch_and_names_the_api():
 
 def test_train_is_the_function_even_once_every_module_is_imported():
     import minigpt.commands.train  # noqa: F401
-    import minigpt.trainer  # noqa: F401
+    import minigpt.training.trainer  # noqa: F401
 
     assert callable(minigpt.train) and minigpt.train.__module__ == "minigpt.api"
 

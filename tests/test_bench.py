@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from minigpt.config import load_config
-from minigpt.data import load_corpus
-from minigpt.model import MiniGPT
-from minigpt.tokenizer import TextTokenizer, train_tokenizer
-from minigpt.trainer import Trainer
+from minigpt.model.gpt import MiniGPT
+from minigpt.text.corpus import load_corpus
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
+from minigpt.training.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.chapter17 import TABLE_TO_RECORDER, build_model, chapter_model_config
-from minigpt.model import MiniGPT, Recorder
+from minigpt.model.chapter17 import TABLE_TO_RECORDER, build_model, chapter_model_config
+from minigpt.model.gpt import MiniGPT
+from minigpt.model.recorder import Recorder
 
 try:  # tests/ on sys.path (pytest's default rootdir-less import) or tests as a package
     import reference

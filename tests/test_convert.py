@@ -18,11 +18,18 @@ import pytest
 import torch
 
 from minigpt.config import load_config
-from minigpt.convert import Imported, read_gpt2_tokenizer, read_hf_gpt2, read_meta, read_nanogpt, write_run
 from minigpt.errors import MinigptError
-from minigpt.model import ContextTooLongError, MiniGPT
-from minigpt.run import load_model
-from minigpt.tokenizer import TextTokenizer, train_tokenizer
+from minigpt.interchange.convert import (
+    Imported,
+    read_gpt2_tokenizer,
+    read_hf_gpt2,
+    read_meta,
+    read_nanogpt,
+    write_run,
+)
+from minigpt.model.gpt import ContextTooLongError, MiniGPT
+from minigpt.runs.reading import load_model
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -221,7 +228,7 @@ def test_context_crops_the_position_table_to_its_first_rows(folder):
 @pytest.mark.parametrize("tie", [True, False])
 def test_export_then_import_gives_back_the_same_weights_bitwise_and_the_same_ids(tmp_path, kind, tie):
     from minigpt.config import ModelConfig
-    from minigpt.export import export_hf
+    from minigpt.interchange.export import export_hf
 
     tokenizer = TextTokenizer(train_tokenizer(kind, 300, TEXT))
     cfg = ModelConfig(context=CONTEXT, **SIZE, ffn_hidden=48, activation="gelu_tanh", tie_embeddings=tie, norm_eps=1e-6)
@@ -244,7 +251,7 @@ def test_export_then_import_gives_back_the_same_weights_bitwise_and_the_same_ids
 
 
 def test_an_imported_run_loads_samples_its_logits_and_traces(tmp_path, folder):
-    from minigpt.trace import trace_position
+    from minigpt.inspection.trace import trace_position
 
     imported = read_hf_gpt2(folder)
     cfg = write_run(imported, tmp_path / "runs" / "gpt2")
@@ -286,7 +293,7 @@ def test_an_existing_out_is_refused_without_force_and_replaced_with_it(tmp_path,
 def test_a_failed_write_leaves_nothing_behind_and_the_old_run_intact(tmp_path, folder, monkeypatch):
     import errno
 
-    from minigpt import run as run_folder
+    from minigpt.runs import folder as run_folder
 
     imported = read_hf_gpt2(folder)
 
@@ -307,7 +314,8 @@ def test_a_failed_write_leaves_nothing_behind_and_the_old_run_intact(tmp_path, f
 
 
 def test_what_does_not_fit_in_memory_is_refused_before_it_is_read(tmp_path, folder, monkeypatch):
-    from minigpt import convert, memory
+    from minigpt import memory
+    from minigpt.interchange import convert
 
     imported = read_hf_gpt2(folder)
     write_run(imported, tmp_path / "run")
@@ -718,7 +726,7 @@ def char_ckpt(tmp_path):
 
 
 def test_a_padded_nanogpt_run_loads_and_never_names_a_padded_id_as_text(tmp_path, char_ckpt):
-    from minigpt.trace import trace_position
+    from minigpt.inspection.trace import trace_position
 
     ckpt, meta = char_ckpt
     write_run(read_nanogpt(tmp_path, meta=meta), tmp_path / "run")  # the out folder holding ckpt.pt
@@ -804,7 +812,7 @@ def test_imported_holds_what_write_run_and_build_need():
 
 
 def test_a_run_folder_a_train_is_writing_is_not_replaced(tmp_path, folder):
-    from minigpt.run import RunLock
+    from minigpt.runs.lock import RunLock
 
     imported = read_hf_gpt2(folder)
     write_run(imported, tmp_path / "run")
@@ -846,7 +854,7 @@ def test_reading_reports_its_progress_to_the_caller(folder):
 
 def test_a_checkpoint_records_the_tokenizer_s_ids_only_when_the_model_has_more_rows():
     from minigpt.config import Config, ModelConfig, SampleConfig, TokenizerConfig, TrainConfig
-    from minigpt.run import model_payload, tokenizer_size
+    from minigpt.runs.checkpoints import model_payload, tokenizer_size
 
     cfg = Config(
         ModelConfig(context=4, n_layer=1, n_head=1, n_embd=4, ffn_hidden=8),

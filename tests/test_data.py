@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from minigpt.config import load_config
-from minigpt.data import Batches, cache_root, load_corpus, read_text, split_text
 from minigpt.errors import MinigptError
-from minigpt.tokenizer import TextTokenizer, train_tokenizer
+from minigpt.text.corpus import Batches, load_corpus
+from minigpt.text.reading import read_text, split_text
+from minigpt.text.token_cache import cache_root
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
 
 def corpus_with_messages(config, *overrides):

@@ -15,11 +15,12 @@ import pytest
 import torch
 from conftest import SHAKESPEARE, TINY_CONFIG
 
-from minigpt import run as ckpt
 from minigpt.config import load_config
-from minigpt.data import Batches, load_corpus, split_text
 from minigpt.errors import MinigptError
-from minigpt.tokenizer import END_OF_TEXT, TextTokenizer, train_tokenizer
+from minigpt.runs import checkpoints
+from minigpt.text.corpus import Batches, load_corpus
+from minigpt.text.reading import split_text
+from minigpt.text.tokenizer import END_OF_TEXT, TextTokenizer, train_tokenizer
 
 TEXT = SHAKESPEARE.read_text(encoding="utf-8")
 # Three documents, one with Windows line endings, two-byte and four-byte characters and no final
@@ -119,7 +120,7 @@ def test_the_tokenizer_is_fitted_to_the_heads_only(tmp_path, config):
 
 
 def test_validation_windows_come_from_every_files_tail(config, books, monkeypatch):
-    import minigpt.session as session
+    import minigpt.training.session as session
 
     starts = []
 
@@ -196,16 +197,16 @@ def test_a_folder_of_three_files_trains_and_resumes_bitwise(cli, config, books, 
     assert 'data = "' in (straight / "config.toml").read_text(encoding="utf-8")  # one path: a string
 
     run = tmp_path / "crashed"
-    real_save = ckpt.save_checkpoint
+    real_save = checkpoints.save_checkpoint
 
     def crash_at_the_end(path, payload):
         if payload["step"] == 20:
             raise RuntimeError("simulated power cut")
         real_save(path, payload)
 
-    monkeypatch.setattr(ckpt, "save_checkpoint", crash_at_the_end)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", crash_at_the_end)
     assert isinstance(cli("train", "-c", config, "--out", run, "--quiet").exception, RuntimeError)
-    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", real_save)
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10
     # Resumed from the folder moved elsewhere: names are relative to it, so it is the same corpus.
     moved = tmp_path / "moved"
@@ -342,7 +343,7 @@ def test_two_files_of_one_name_and_a_file_given_twice_are_refused(cli, config, b
 
 
 def test_a_file_that_changes_while_it_is_read_is_refused(cli, config, books, tmp_path, monkeypatch):
-    import minigpt.text as text
+    import minigpt.text.reading as text
 
     read = text._read_bytes
 
@@ -361,7 +362,7 @@ def test_a_file_that_changes_while_it_is_read_is_refused(cli, config, books, tmp
 
 
 def test_a_file_that_changes_between_its_reads_is_refused(cli, config, books, tmp_path, monkeypatch):
-    import minigpt.folders as folders
+    import minigpt.text.folders as folders
 
     read_text, seen = folders.read_text, []
 

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from minigpt.data import split_text
-from minigpt.scoring import windows
+from minigpt.inspection.scoring import windows
+from minigpt.text.reading import split_text
 
 
 @pytest.mark.parametrize("n, context", [(2, 8), (8, 8), (9, 8), (50, 8), (51, 7), (1000, 32), (5, 1)])

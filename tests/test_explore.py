@@ -31,7 +31,7 @@ import pytest
 import torch
 from conftest import train_tiny_run
 
-from minigpt.generate import next_token_distribution
+from minigpt.sampling.generate import next_token_distribution
 
 pytestmark = pytest.mark.slow  # real server processes, trace's and sample's command lines beside them, a browser
 

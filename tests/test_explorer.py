@@ -19,13 +19,14 @@ import minigpt
 from minigpt.commands.explore import Served
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
-from minigpt.explorer import BARS, Explorer
-from minigpt.generate import next_token_distribution
-from minigpt.model import MiniGPT
-from minigpt.run import model_payload, write_run_files
-from minigpt.stages import RESIDUAL_ADDS
-from minigpt.tokenizer import TextTokenizer, train_tokenizer
-from minigpt.trace import row_norm
+from minigpt.explore.explorer import BARS, Explorer
+from minigpt.inspection.trace import row_norm
+from minigpt.model.gpt import MiniGPT
+from minigpt.model.stages import RESIDUAL_ADDS
+from minigpt.runs.checkpoints import model_payload
+from minigpt.runs.folder import write_run_files
+from minigpt.sampling.generate import next_token_distribution
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def test_the_residual_adds_the_diagram_draws_are_the_models_adds(position):
     torch.manual_seed(0)
     model = MiniGPT(cfg.model, vocab_size=10).eval()
     tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefghij"))
-    from minigpt.trace import trace_position
+    from minigpt.inspection.trace import trace_position
 
     trace = trace_position(model, tokenizer, [1, 2, 3, 4])
     for b, block in enumerate(trace.blocks):

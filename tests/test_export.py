@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from minigpt.config import ModelConfig, model_config_from
-from minigpt.model import MiniGPT
+from minigpt.model.gpt import MiniGPT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_what_gpt2_cannot_express_is_refused_naming_the_key(cli, tmp_path, run, 
 
 
 def test_post_norm_and_swiglu_are_refused_too():
-    from minigpt.export import gpt2_refusal
+    from minigpt.interchange.export import gpt2_refusal
 
     base = dict(context=4, n_layer=1, n_head=1, n_embd=4, ffn_hidden=8)
     assert "norm_position = 'post'" in gpt2_refusal(MiniGPT(ModelConfig(**base, norm_position="post"), 5))
@@ -85,8 +85,8 @@ def test_each_gelu_is_exported_under_transformers_name_for_it(tmp_path, activati
     names the one minigpt computed, so transformers computes the same logits."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("safetensors")
-    from minigpt.export import export_hf
-    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+    from minigpt.interchange.export import export_hf
+    from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
     tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefgh"))
     torch.manual_seed(0)

@@ -18,9 +18,10 @@ import pytest
 import torch
 from conftest import announced, minigpt_command, wait_for, with_failpoints
 
-from minigpt import run as run_folder
 from minigpt.device import check_dtype
 from minigpt.errors import MinigptError
+from minigpt.runs import checkpoints
+from minigpt.training.listeners import MetricsLog
 
 RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
@@ -161,9 +162,9 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_resume_continues
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_save(payload, f, *args, **kwargs)
 
-    monkeypatch.setattr(run_folder.torch, "save", disk_full_at_step_20)
+    monkeypatch.setattr(checkpoints.torch, "save", disk_full_at_step_20)
     line = one_line(cli("train", "-c", tiny_config, "--out", run, "--quiet"), 1)
-    monkeypatch.setattr(run_folder.torch, "save", real_save)
+    monkeypatch.setattr(checkpoints.torch, "save", real_save)
     assert f"could not write to the run folder {run} (No space left on device)" in line
     assert "its last checkpoint (step 10) is intact" in line and "resume with: minigpt train" in line
     assert step_of(run) == 10 and set(os.listdir(run)) == RUN_FILES  # no temporary file left
@@ -174,14 +175,14 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_resume_continues
 
 def test_a_full_disk_on_the_metrics_log_stops_with_one_line(cli, tiny_config, tmp_path, monkeypatch):
     run = tmp_path / "run"
-    real_write = run_folder.MetricsLog.write
+    real_write = MetricsLog.write
 
     def full(self, record):
         if record["step"] >= 15:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_write(self, record)
 
-    monkeypatch.setattr(run_folder.MetricsLog, "write", full)
+    monkeypatch.setattr(MetricsLog, "write", full)
     line = one_line(cli("train", "-c", tiny_config, "--out", run, "--quiet"), 1)
     assert f"could not write to the run folder {run} (No space left on device)" in line
     assert step_of(run) == 10
@@ -288,7 +289,9 @@ def test_a_metrics_line_cut_short_by_a_crash_is_dropped_and_a_damaged_one_is_ref
     """SIGKILL while a record is being appended leaves half a line at the end: resume and plot
     read past it (resume logs that step again); a bad line anywhere else is damage, refused."""
     from minigpt.errors import MinigptError
-    from minigpt.run import METRICS_FILE, MetricsLog, read_metrics
+    from minigpt.runs.layout import METRICS_FILE
+    from minigpt.runs.metrics import read_metrics
+    from minigpt.training.listeners import MetricsLog
 
     path = tmp_path / METRICS_FILE
     whole = [

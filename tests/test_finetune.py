@@ -12,10 +12,11 @@ import torch
 from conftest import SHAKESPEARE, train_tiny_run
 
 from minigpt.config import load_config
-from minigpt.events import Listener, StepDone
-from minigpt.run import load_model
-from minigpt.session import TrainingSession
-from minigpt.trainer import CheckpointSaver, Trainer, evaluate
+from minigpt.runs.reading import load_model
+from minigpt.training.events import Listener, StepDone
+from minigpt.training.listeners import CheckpointSaver
+from minigpt.training.session import TrainingSession
+from minigpt.training.trainer import Trainer, evaluate
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_a_fine_tune_starts_where_its_source_stands_and_its_loss_falls(cli, sour
     # Its first evaluation is at step 0, before any update: the source model on the same windows.
     cfg = load_config(out / "config.toml")
     model, tokenizer = load_model(load_config(source / "config.toml"), source)
-    from minigpt.data import Batches, load_corpus
+    from minigpt.text.corpus import Batches, load_corpus
 
     corpus = load_corpus(cfg, tokenizer=tokenizer)
     windows = Batches(corpus.val_ids, cfg.model.context, cfg.train.batch_size).fixed(cfg.train.eval_batches)

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt import generate as generate_module
 from minigpt.config import ModelConfig
 from minigpt.errors import MinigptError
-from minigpt.fold import fold_norms, unfoldable
-from minigpt.generate import generate
-from minigpt.model import ContextTooLongError, LayerNorm, MiniGPT, RMSNorm
+from minigpt.model.fold import fold_norms, unfoldable
+from minigpt.model.gpt import ContextTooLongError, MiniGPT
+from minigpt.model.layers import LayerNorm, RMSNorm
+from minigpt.sampling import generate as generate_module
+from minigpt.sampling.generate import generate
 
 VOCAB = 13
 CONTEXT = 8
@@ -29,7 +30,7 @@ TINY = dict(context=CONTEXT, n_layer=2, n_head=4, n_embd=16, ffn_hidden=24)
 # below is 2.9e-6, with swiglu, where the model itself is as far from float64 as its fold).
 # A float64 model folds to within 1e-12 absolute.
 TOLERANCE = 1e-5
-FOLD_SOURCE = Path(__file__).resolve().parents[1] / "minigpt" / "fold.py"
+FOLD_SOURCE = Path(__file__).resolve().parents[1] / "minigpt" / "model" / "fold.py"
 
 
 def randomised(seed: int = 0, scale: float = 0.3, **changes) -> MiniGPT:

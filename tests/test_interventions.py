@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import ModelConfig
-from minigpt.interventions import AblateHead, ReplaceResidual, Scale, SetInput, replacements
-from minigpt.model import MiniGPT, Recorder
+from minigpt.inspection.interventions import AblateHead, ReplaceResidual, Scale, SetInput, replacements
+from minigpt.model.gpt import MiniGPT
+from minigpt.model.recorder import Recorder
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER = ["-c", str(REPO / "configs" / "chapter17.toml"), "--ids", "0,1,2"]

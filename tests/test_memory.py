@@ -10,7 +10,7 @@ import pytest
 from minigpt import memory
 from minigpt.config import ModelConfig
 from minigpt.errors import MinigptError
-from minigpt.model import MiniGPT
+from minigpt.model.gpt import MiniGPT
 
 
 @pytest.mark.parametrize(

@@ -15,18 +15,10 @@ import torch.nn.functional as F
 
 from minigpt.config import ModelConfig
 from minigpt.errors import MinigptError
-from minigpt.model import (
-    ContextTooLongError,
-    KVCache,
-    LayerNorm,
-    MiniGPT,
-    Recorder,
-    ResidualShapeError,
-    RMSNorm,
-    TokenOutOfRangeError,
-    check_token_ids,
-    residual,
-)
+from minigpt.model.cache import KVCache
+from minigpt.model.gpt import ContextTooLongError, MiniGPT, TokenOutOfRangeError, check_token_ids
+from minigpt.model.layers import LayerNorm, ResidualShapeError, RMSNorm, residual
+from minigpt.model.recorder import Recorder
 
 try:  # tests/ on sys.path (pytest's default import mode) or tests as a package
     import reference

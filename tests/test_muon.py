@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-from minigpt.optimizers import BatchedMuon
+from minigpt.training.optimizers import BatchedMuon
 
 # tall, wide, square and a second tall shape, two of each, plus one matrix of a shape of its own
 SHAPES = [(48, 16), (16, 48), (16, 16), (32, 16)] * 2 + [(24, 40)]
@@ -130,7 +130,7 @@ def test_its_momentum_buffers_are_views_of_one_stack_per_shape():
 
 
 def test_orthogonalisation_flops_count_five_iterations_on_the_wide_side():
-    from minigpt.flops import orthogonalisation_flops
+    from minigpt.model.flops import orthogonalisation_flops
 
     # r = 2, c = 3: X Xt 2*2*2*3 = 24, its square 2*2*2*2 = 16, the product with X 24; five times
     assert orthogonalisation_flops(2, 3) == orthogonalisation_flops(3, 2) == 5 * (24 + 16 + 24)
@@ -138,8 +138,8 @@ def test_orthogonalisation_flops_count_five_iterations_on_the_wide_side():
 
 def test_auto_takes_muon_at_the_default_batch_and_adamw_at_a_small_one():
     from minigpt.config import load_config
-    from minigpt.model import MiniGPT
-    from minigpt.optimizers import Optimizers, chosen_optimizer, make_optimizer
+    from minigpt.model.gpt import MiniGPT
+    from minigpt.training.optimizers import Optimizers, chosen_optimizer, make_optimizer
 
     def chosen(*changes):
         cfg = load_config(None, ['train.optimizer="auto"', *changes])

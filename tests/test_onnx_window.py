@@ -14,14 +14,14 @@ from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import load_config
-from minigpt.fold import fold_norms
-from minigpt.generate import generate
-from minigpt.model import MiniGPT
+from minigpt.model.fold import fold_norms
+from minigpt.model.gpt import MiniGPT
+from minigpt.sampling.generate import generate
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from minigpt import onnx_window  # noqa: E402
+from minigpt.sampling import onnx_window  # noqa: E402
 
 SHAPE = [
     "model.context=8",

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from minigpt.plot import attention_figure, curves_figure  # noqa: E402
-from minigpt.run import read_metrics  # noqa: E402
+from minigpt.inspection.plot import attention_figure, curves_figure  # noqa: E402
+from minigpt.runs.metrics import read_metrics  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -59,8 +59,8 @@ def test_trace_png_draws_every_head_of_every_block(runs, cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_bytes().startswith(PNG)
     from minigpt.config import load_config
-    from minigpt.run import load_model
-    from minigpt.trace import prompt_ids, trace_position
+    from minigpt.inspection.trace import prompt_ids, trace_position
+    from minigpt.runs.reading import load_model
 
     model, tokenizer = load_model(load_config(a / "config.toml"), a)
     trace = trace_position(model, tokenizer, prompt_ids(tokenizer, "ROMEO:"))

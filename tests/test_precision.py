@@ -8,11 +8,11 @@ import torch
 
 from minigpt import device as device_module
 from minigpt.config import load_config
-from minigpt.data import load_corpus
 from minigpt.device import pick_precision
 from minigpt.errors import MinigptError
-from minigpt.session import build
-from minigpt.trainer import Trainer, evaluate
+from minigpt.text.corpus import load_corpus
+from minigpt.training.session import build
+from minigpt.training.trainer import Trainer, evaluate
 
 
 @pytest.fixture(autouse=True)

@@ -96,9 +96,10 @@ def test_a_checkpoint_with_an_impossible_model_section_is_refused(two_block_run,
 
 def test_the_loaded_model_is_built_from_the_checkpoint_and_keeps_its_tied_head(tmp_path):
     from minigpt.config import load_config
-    from minigpt.model import MiniGPT
-    from minigpt.run import load_model, write_model_run
-    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+    from minigpt.model.gpt import MiniGPT
+    from minigpt.runs.folder import write_model_run
+    from minigpt.runs.reading import load_model
+    from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
     config = tmp_path / "tied.toml"
     config.write_text(

@@ -20,15 +20,9 @@ from minigpt.api import load
 from minigpt.cli import app
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
-from minigpt.generate import (
-    CompletionText,
-    choose,
-    filter_logits,
-    generate,
-    next_token_distribution,
-)
-from minigpt.model import ContextTooLongError, MiniGPT
-from minigpt.run import load_model
+from minigpt.model.gpt import ContextTooLongError, MiniGPT
+from minigpt.runs.reading import load_model
+from minigpt.sampling.generate import CompletionText, choose, filter_logits, generate, next_token_distribution
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt import stages
 from minigpt.config import ModelConfig
-from minigpt.model import KVCache, MiniGPT, Recorder, UnknownStageError
+from minigpt.model import stages
+from minigpt.model.cache import KVCache
+from minigpt.model.gpt import MiniGPT
+from minigpt.model.recorder import Recorder, UnknownStageError
 
-STAGES_SOURCE = Path(__file__).resolve().parents[1] / "minigpt" / "stages.py"
+STAGES_SOURCE = Path(__file__).resolve().parents[1] / "minigpt" / "model" / "stages.py"
 
 
 def tiny(**changes) -> MiniGPT:

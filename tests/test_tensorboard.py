@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from minigpt.events import Listener, StepDone
+from minigpt.training.events import Listener, StepDone
 
 pytest.importorskip("tensorboard")
 

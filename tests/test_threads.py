@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from minigpt import session as session_module
-from minigpt import threads
 from minigpt.api import train
 from minigpt.config import load_config
-from minigpt.events import Listener
-from minigpt.model import MiniGPT
+from minigpt.model.gpt import MiniGPT
+from minigpt.training import session as session_module
+from minigpt.training import threads
+from minigpt.training.events import Listener
 
 
 def test_the_candidates_are_all_cores_down_to_one():

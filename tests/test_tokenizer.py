@@ -7,7 +7,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from minigpt.errors import MinigptError
-from minigpt.tokenizer import TextTokenizer, train_tokenizer
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
 NON_ASCII = "Café naïve résumé. 日本語のテキスト。 Emoji: 🙂👍🏽 and ✓.\n"
 TEXT = (
@@ -141,7 +141,7 @@ def _valid_utf8(data: bytes) -> bool:
 
 @pytest.mark.parametrize("size", [1, 3, 7, 64, 1 << 20])
 def test_line_chunks_cut_only_at_line_ends_and_lose_nothing(size):
-    from minigpt.tokenizer import line_chunks
+    from minigpt.text.tokenizer import line_chunks
 
     text = "ROMEO:\r\nBut soft!\n\n\nWhat light\u2028through\x0cyonder\rwindow\nbreaks\n" * 3 + "no newline at the end"
     pieces = list(line_chunks(text, size))
@@ -154,7 +154,7 @@ def test_line_chunks_cut_only_at_line_ends_and_lose_nothing(size):
 def test_a_text_encoded_in_pieces_gives_the_ids_of_the_whole(tmp_path):
     import numpy as np
 
-    from minigpt.text import encode
+    from minigpt.text.reading import encode
 
     text = "".join(f"line {i}: é日 the quick brown fox\n" for i in range(500))
     tokenizer = TextTokenizer(train_tokenizer("bpe", 300, text))

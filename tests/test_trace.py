@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import load_config
-from minigpt.model import MiniGPT
-from minigpt.run import load_model, write_model_run
-from minigpt.stages import POST_NORM, PRE_NORM
-from minigpt.tokenizer import TextTokenizer, train_tokenizer
-from minigpt.trace_text import number, show_token
+from minigpt.inspection.trace_text import number, show_token
+from minigpt.model.gpt import MiniGPT
+from minigpt.model.stages import POST_NORM, PRE_NORM
+from minigpt.runs.folder import write_model_run
+from minigpt.runs.reading import load_model
+from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER_CONFIG = REPO / "configs" / "chapter17.toml"
@@ -412,7 +413,7 @@ def test_token_text_is_escaped_and_cut():
 def test_ranking_only_the_contenders_is_the_head_of_a_stable_sort_of_all():
     """_ranked sorts only the tokens at least as likely as the top-th (for GPT-2's 50,257, once per
     block): the same list as a stable sort of every token, ties (lower id first) included."""
-    from minigpt.trace import _ranked
+    from minigpt.inspection.trace import _ranked
 
     tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefghij"))
     g = torch.Generator().manual_seed(0)

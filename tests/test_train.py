@@ -19,11 +19,11 @@ import pytest
 import torch
 from conftest import interrupt_once_training, minigpt_command, with_failpoints
 
-from minigpt import run as ckpt
 from minigpt.config import TrainConfig, load_config
-from minigpt.model import MiniGPT
-from minigpt.optimizers import make_optimizer
-from minigpt.trainer import learning_rate
+from minigpt.model.gpt import MiniGPT
+from minigpt.runs import checkpoints, identity
+from minigpt.training.optimizers import make_optimizer
+from minigpt.training.trainer import learning_rate
 
 RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", "best.pt"}
 
@@ -174,7 +174,7 @@ def test_run_folder_holds_config_tokenizer_checkpoint_and_metrics(cli, tiny_conf
     assert payload["optimizer"]["state"] and len(payload["optimizer"]["param_groups"]) == 2
     assert {"torch", "batches", "python", "numpy"} <= set(payload["rng"])
     assert payload["hashes"] == {
-        "config": ckpt.config_hash(ckpt.training_identity(used)),
+        "config": identity.config_hash(identity.training_identity(used)),
         "tokenizer": hashlib.sha256((run / "tokenizer.json").read_bytes()).hexdigest(),
         "corpus": hashlib.sha256(tiny_text.read_bytes()).hexdigest(),
     }
@@ -289,17 +289,17 @@ def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(
     train_tiny(cli, tiny_config, straight, "--quiet")
 
     run = tmp_path / "crashed"
-    real_save = ckpt.save_checkpoint
+    real_save = checkpoints.save_checkpoint
 
     def crash_at_the_end(path, payload):
         if payload["step"] == 20:
             raise RuntimeError("simulated power cut")
         real_save(path, payload)
 
-    monkeypatch.setattr(ckpt, "save_checkpoint", crash_at_the_end)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", crash_at_the_end)
     crashed = cli("train", "-c", tiny_config, "--out", run, "--quiet")
     assert isinstance(crashed.exception, RuntimeError)
-    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", real_save)
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10
     assert max(r["step"] for r in metrics(run)) == 20  # steps 11..20 were logged, then lost
 
@@ -351,7 +351,7 @@ def test_resume_on_an_edited_corpus_is_refused(cli, tiny_config, tiny_text, tmp_
 def test_resume_with_a_changed_tokenizer_is_refused(cli, tiny_config, tiny_text, tmp_path, isolated_cache):
     # The same config and text, another tokenizer (as another tokenizers release might fit): the
     # cached tokenizer is replaced by one with a character more.
-    from minigpt.tokenizer import TextTokenizer, train_tokenizer
+    from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
     run = tmp_path / "run"
     train_tiny(cli, tiny_config, run, "--quiet", "--steps", "10")
@@ -554,7 +554,7 @@ def test_the_time_estimate_leaves_the_runs_numbers_untouched(cli, tiny_config, t
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest(tiny_config):
-    from minigpt.optimizers import Optimizers
+    from minigpt.training.optimizers import Optimizers
 
     cfg = load_config(tiny_config, ['train.optimizer="muon"'])
     torch.manual_seed(0)
@@ -580,9 +580,9 @@ def test_train_says_which_optimizer_auto_took_and_why(cli, tiny_config, tmp_path
 
 
 def test_a_muon_run_resumed_from_its_checkpoint_ends_bitwise_identical(tiny_config):
-    from minigpt.data import load_corpus
-    from minigpt.session import build
-    from minigpt.trainer import Trainer
+    from minigpt.text.corpus import load_corpus
+    from minigpt.training.session import build
+    from minigpt.training.trainer import Trainer
 
     cfg = load_config(tiny_config, ['train.optimizer="muon"', "train.steps=12"])
     corpus = load_corpus(cfg)
@@ -637,7 +637,7 @@ def test_best_pt_holds_the_weights_at_the_lowest_validation_loss_and_commands_re
         result = cli(*command[:1], "--run", run, "--checkpoint", "best", *command[1:])
         assert result.exit_code == 0, (command, result.output)
     from minigpt.config import load_config as load
-    from minigpt.run import load_model
+    from minigpt.runs.reading import load_model
 
     model, _ = load_model(load(run / "config.toml"), run, checkpoint="best")
     assert all(torch.equal(model.state_dict()[k], payload["model"][k]) for k in payload["model"])

@@ -38,7 +38,7 @@ from typing import Any
 import typer
 
 from ..errors import MinigptError
-from ..explorer import Explorer
+from ..explore.explorer import Explorer
 from .common import opened, user_errors
 from .options import ExploreOptions
 

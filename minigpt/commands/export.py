@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..export import check_export, export
+from ..interchange.export import check_export, export
 from .common import opened, user_errors
 from .options import ExportOptions
 

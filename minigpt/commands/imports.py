@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import typer
 
-from ..convert import read_hf_gpt2, read_nanogpt, write_run
+from ..interchange.convert import read_hf_gpt2, read_nanogpt, write_run
 from ..memory import parameter_count
-from ..progress import task
-from ..run import check_new_run
+from ..runs.folder import check_new_run
+from ..training.progress import task
 from .common import command_line, say, shown_path, user_errors
 from .options import ImportHfOptions, ImportNanogptOptions
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from ..errors import MinigptError, option
-from ..plot import curves_figure, save_png, text_curves
-from ..run import read_metrics
+from ..inspection.plot import curves_figure, save_png, text_curves
+from ..runs.metrics import read_metrics
 from .common import shown_path, user_errors
 from .options import PlotOptions
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..data import read_text
 from ..errors import MinigptError, option
+from ..text.reading import read_text
 from .common import opened, user_errors
 from .options import SampleOptions, config_flags
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from ..trace import Comparison
-from ..trace_text import check_digits, render_comparison, render_text
+from ..inspection.trace import Comparison
+from ..inspection.trace_text import check_digits, render_comparison, render_text
 from .common import opened, user_errors
 from .options import TraceOptions
 
@@ -31,7 +31,7 @@ def main(o: TraceOptions) -> None:
             typer.echo(result.to_json() if o.as_json else render_comparison(result, digits=o.digits))
             return
         if o.png is not None:
-            from ..plot import attention_figure, save_png
+            from ..inspection.plot import attention_figure, save_png
 
             save_png(attention_figure(result), o.png)
         typer.echo(result.to_json() if o.as_json else render_text(result, digits=o.digits))

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import typer
 
-from .. import api, distributed
-from ..distributed import RankLost, RefusedElsewhere
+from .. import api
 from ..errors import MinigptError
-from ..run import read_metrics
-from ..trainer import DivergedError, WriteFailed, estimate_seconds
+from ..runs.metrics import read_metrics
+from ..training import distributed
+from ..training.distributed import RankLost, RefusedElsewhere
+from ..training.trainer import DivergedError, WriteFailed, estimate_seconds
 from .common import command_line, say, shown_path, transient, user_errors
 from .options import TrainOptions
 

@@ -1,0 +1,238 @@
+"""Interventions on the residual stream: change one stage of the forward pass and see what follows.
+
+Each intervention becomes a replacement on the model's own Recorder (model.py), so it runs through
+the same forward pass the trace reads; nothing here computes a block a second time.
+
+    Scale(block, "attention" | "ffn", K)   that sublayer's update times K (0 removes it)
+    ReplaceResidual(block)                 the broken mode: residual1 = attention and the second sum
+                                           (pre-norm: output; post-norm: residual2) = ffn
+    AblateHead(block, H)                   head H's mixed values set to zero before W_O
+    SetInput(vector)                       the traced position's block-0 input row replaced
+
+`block` is an index or None for every block. They apply at every position of the prompt, or at the
+traced position only when asked (SetInput always applies at the traced position). The stages they
+change are named by stages.py, and the Recorder refuses any name the model does not compute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import MinigptError, option
+from ..model import stages
+from ..model.gpt import MiniGPT
+from ..model.recorder import Replacement
+
+
+@dataclass(frozen=True)
+class Scale:
+    block: int | None
+    stage: str
+    factor: float
+
+    def __str__(self) -> str:
+        return f"scale {_block(self.block)}.{self.stage}={self.factor:g}"
+
+
+@dataclass(frozen=True)
+class ReplaceResidual:
+    block: int | None
+
+    def __str__(self) -> str:
+        return f"replace-residual {_block(self.block)}"
+
+
+@dataclass(frozen=True)
+class AblateHead:
+    block: int | None
+    head: int
+
+    def __str__(self) -> str:
+        return f"ablate-head {_block(self.block)}.{self.head}"
+
+
+@dataclass(frozen=True)
+class SetInput:
+    vector: tuple[float, ...]
+
+    def __str__(self) -> str:
+        return "set-input " + ",".join(f"{v:g}" for v in self.vector)
+
+
+Intervention = Scale | ReplaceResidual | AblateHead | SetInput
+
+
+def _block(block: int | None) -> str:
+    return "all" if block is None else str(block)
+
+
+def _blocks(block: int | None, n_layer: int, what: str) -> list[int]:
+    if block is None:
+        return list(range(n_layer))
+    if not 0 <= block < n_layer:
+        raise MinigptError(
+            f"{what}: block {block} does not exist; the model has {n_layer} block(s), 0..{n_layer - 1}, or use 'all'"
+        )
+    return [block]
+
+
+def check(interventions: list[Intervention], model: MiniGPT) -> None:
+    """Refuse what this model cannot take, in one line each: blocks, heads, widths, factors."""
+    cfg = model.cfg
+    for item in interventions:
+        if isinstance(item, Scale):
+            if item.stage not in stages.SCALABLE:
+                raise MinigptError(
+                    f"{option('scale')} {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
+                    f"scale one of: {', '.join(stages.SCALABLE)}"
+                )
+            if not math.isfinite(item.factor):
+                raise MinigptError(
+                    f"{option('scale')} {_block(item.block)}.{item.stage}={item.factor}: the factor must be "
+                    f"a finite number, e.g. 0, 0.5 or 2"
+                )
+        if isinstance(item, (Scale, ReplaceResidual, AblateHead)):
+            _blocks(item.block, cfg.n_layer, option(str(item).split(" ")[0].replace("-", "_")))
+        if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
+            raise MinigptError(
+                f"{option('ablate_head')} {_block(item.block)}.{item.head}: head {item.head} does not exist; "
+                f"the model has {cfg.n_head} heads, 0..{cfg.n_head - 1}"
+            )
+        if isinstance(item, SetInput) and len(item.vector) != cfg.n_embd:
+            raise MinigptError(
+                f"{option('set_input')} has {len(item.vector)} numbers but the model's width is {cfg.n_embd}; "
+                f"give exactly {cfg.n_embd} comma-separated numbers"
+            )
+        if isinstance(item, SetInput) and not all(math.isfinite(v) for v in item.vector):
+            raise MinigptError(f"{option('set_input')}: every number must be finite")
+
+
+def replacements(
+    interventions: list[Intervention], model: MiniGPT, position: int, only_at_position: bool = False
+) -> dict[str, Replacement]:
+    """The Recorder replacements that carry out `interventions` (checked first)."""
+    check(interventions, model)
+    cfg = model.cfg
+    second_sum = stages.second_sum(cfg.norm_position)
+    found: dict[str, list[Replacement]] = {}
+
+    def add(stage: str, change: Replacement, time_axis: int = 1, everywhere: bool = not only_at_position) -> None:
+        found.setdefault(stage, []).append(change if everywhere else _at(position, time_axis, change))
+
+    for item in interventions:
+        if isinstance(item, SetInput):
+            add(stages.INPUT, _set_row(position, item.vector), everywhere=False)
+            continue
+        for i in _blocks(item.block, cfg.n_layer, str(item)):
+            if isinstance(item, Scale):
+                add(stages.block_name(i, item.stage), lambda value, recorded, k=item.factor: value * k)
+            elif isinstance(item, ReplaceResidual):  # each sum replaced by its update alone
+                attention, ffn = stages.block_name(i, stages.ATTENTION), stages.block_name(i, stages.FFN)
+                add(stages.block_name(i, stages.RESIDUAL1), lambda value, recorded, n=attention: recorded[n])
+                add(stages.block_name(i, second_sum), lambda value, recorded, n=ffn: recorded[n])
+            else:
+                add(stages.block_name(i, stages.HEADS), _zero_head(item.head), time_axis=2)
+    return {stage: _chain(changes) for stage, changes in found.items()}
+
+
+def _chain(changes: list[Replacement]) -> Replacement:
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+        for change in changes:
+            value = change(value, recorded)
+        return value
+
+    return apply
+
+
+def _at(position: int, time_axis: int, change: Replacement) -> Replacement:
+    """`change` at one position only; every other position keeps the value the pass computed."""
+
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+        changed = change(value, recorded)
+        keep = torch.arange(value.shape[time_axis], device=value.device) == position
+        shape = [1] * value.dim()
+        shape[time_axis] = value.shape[time_axis]
+        return torch.where(keep.view(shape), changed, value)
+
+    return apply
+
+
+def _set_row(position: int, vector: tuple[float, ...]) -> Replacement:
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+        value = value.clone()
+        value[:, position] = torch.tensor(vector, dtype=value.dtype, device=value.device)
+        return value
+
+    return apply
+
+
+def _zero_head(head: int) -> Replacement:
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:  # [B, H, T, d]
+        value = value.clone()
+        value[:, head] = 0
+        return value
+
+    return apply
+
+
+# ---------------------------------------------------------------- from text
+
+
+def parse(
+    scale: Sequence[str] = (),
+    replace_residual: Sequence[str] = (),
+    ablate_head: Sequence[str] = (),
+    set_input: str | None = None,
+) -> list[Intervention]:
+    """Interventions written as text: scale `B.attention=K`, replace_residual `B`, ablate_head
+    `B.H`, set_input `"2,2,2,2"` (B: a block index or `all`). Whether they fit the model (blocks,
+    heads, width) is checked when the model is known (`check`)."""
+    out: list[Intervention] = []
+    for text in scale:
+        where = f"{option('scale')} {text}"
+        target, sep, factor = text.partition("=")
+        block, dot, stage = target.partition(".")
+        if not sep or not dot:
+            raise MinigptError(
+                f"{option('scale')} {text!r}: expected BLOCK.STAGE=FACTOR, e.g. {option('scale')} 0.attention=0 "
+                f"or {option('scale')} all.ffn=0.5"
+            )
+        out.append(Scale(_block_index(block, where), stage.strip(), _number(factor, where)))
+    for text in replace_residual:
+        out.append(ReplaceResidual(_block_index(text, f"{option('replace_residual')} {text}")))
+    for text in ablate_head:
+        where = f"{option('ablate_head')} {text}"
+        block, dot, head = text.partition(".")
+        if not dot:
+            raise MinigptError(
+                f"{option('ablate_head')} {text!r}: expected BLOCK.HEAD, e.g. {option('ablate_head')} 0.1"
+            )
+        out.append(AblateHead(_block_index(block, where), _integer(head, where, "head")))
+    if set_input is not None:
+        out.append(SetInput(tuple(_number(v, option("set_input")) for v in set_input.split(","))))
+    return out
+
+
+def _block_index(text: str, where: str) -> int | None:
+    text = text.strip()
+    return None if text == "all" else _integer(text, where, "block")
+
+
+def _integer(text: str, where: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        advice = "; give a block index or 'all'" if what == "block" else ""
+        raise MinigptError(f"{where}: {what} {text.strip()!r} is not an integer{advice}") from None
+
+
+def _number(text: str, where: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise MinigptError(f"{where}: {text.strip()!r} is not a number") from None

@@ -1,0 +1,117 @@
+"""Figures: the training curves of one or several runs, overlaid, and a trace's attention weights
+as heat maps. matplotlib is an optional extra (`pip install -e ".[plot]"`); each function returns
+the Figure, so callers (and tests) can inspect its panels before saving it."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import MinigptError
+from .trace import Trace
+
+EXTRA = 'pip install -e ".[plot]"  (or: pip install matplotlib)'
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        if "ipykernel" not in sys.modules:  # a notebook draws figures inline; elsewhere, files only
+            matplotlib.use("Agg")  # no window, no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MinigptError(f"plotting needs matplotlib, which is not installed; {EXTRA}") from None
+    return plt
+
+
+def curves_figure(runs: dict[str, dict[str, list[dict[str, Any]]]], x: str = "step"):
+    """Three panels: training loss, validation loss (nats/token), validation bits/byte; one line per
+    run, labelled with its name. `x`: "step", or "time" (seconds of training)."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.8), constrained_layout=True)
+    label = "step" if x == "step" else "seconds of training"
+    for name, data in runs.items():
+        evals_at = {r["step"]: r.get("elapsed_s") for r in data["train"]}
+
+        def xs(records, evals_at=evals_at):
+            return [
+                r["step"] if x == "step" else evals_at.get(r["step"], r.get("elapsed_s", math.nan)) for r in records
+            ]
+
+        axes[0].plot(xs(data["train"]), [r["loss"] for r in data["train"]], label=name, linewidth=1)
+        axes[1].plot(xs(data["eval"]), [r["val_loss"] for r in data["eval"]], marker="o", label=name)
+        axes[2].plot(xs(data["eval"]), [r["val_bpb"] for r in data["eval"]], marker="o", label=name)
+    for ax, title in zip(axes, ("training loss (nats/token)", "validation loss (nats/token)", "validation bits/byte")):
+        ax.set_title(title)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return figure
+
+
+def text_curves(runs: dict[str, dict[str, list[dict[str, Any]]]], width: int = 60, height: int = 12) -> str:
+    """The validation bits/byte of each run against steps, as characters (a terminal without
+    matplotlib or without a file to write): one mark per run, a legend below."""
+    marks = "*o+x#@%&"
+    points = [(name, r["step"], r["val_bpb"]) for name, data in runs.items() for r in data["eval"]]
+    if not points:
+        return "no evaluations to plot yet"
+    steps, values = [p[1] for p in points], [p[2] for p in points]
+    low, high, last = min(values), max(values), max(steps)
+    grid = [[" "] * width for _ in range(height)]
+    for k, name in enumerate(runs):
+        for run_name, step, value in points:
+            if run_name == name:
+                col = round(step / last * (width - 1)) if last else 0
+                row = round((high - value) / ((high - low) or 1) * (height - 1))
+                grid[row][col] = marks[k % len(marks)]
+    lines = [f"validation bits/byte against step (0 .. {last})"]
+    for i, row in enumerate(grid):
+        value = high - (high - low) * i / (height - 1)
+        lines.append(f"{value:7.3f} |{''.join(row)}")
+    lines.append(" " * 8 + "+" + "-" * width)
+    lines += [f"  {marks[k % len(marks)]} {name}" for k, name in enumerate(runs)]
+    return "\n".join(lines)
+
+
+def attention_figure(trace: Trace):
+    """Every head's attention weights in every shown block: query rows, key columns, the masked
+    (future) cells blank, the traced position's row marked, token texts on the axes."""
+    plt = _pyplot()
+    import numpy as np
+
+    blocks = trace.blocks
+    heads = len(blocks[0].full_attention)
+    figure, axes = plt.subplots(
+        len(blocks), heads, figsize=(2.6 * heads + 1, 2.5 * len(blocks) + 0.6), squeeze=False, constrained_layout=True
+    )
+    labels = [repr(t)[1:-1][:8] for t in trace.tokens]
+    for b, block in enumerate(blocks):
+        for h in range(heads):
+            ax = axes[b][h]
+            weights = np.array(block.full_attention[h], dtype=float)
+            weights[np.triu_indices_from(weights, k=1)] = np.nan  # a query never sees later keys
+            ax.imshow(weights, vmin=0, vmax=1, cmap="Blues")
+            ax.set_title(f"block {block.index}, head {h}", fontsize=9)
+            ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(labels)), labels, fontsize=7)
+            ax.axhline(trace.position, color="#d6552b", linewidth=1.2)  # the traced position's row
+    return figure
+
+
+def save_png(figure, path: Path) -> None:
+    """The figure as a PNG, written atomically; a path that cannot be written is refused."""
+    from ..io import atomic_write
+
+    path = Path(path)
+    try:
+        atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=100), binary=True)
+    except OSError as exc:
+        raise MinigptError(f"{path} cannot be written ({exc.strerror or exc}); choose another file") from None
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)

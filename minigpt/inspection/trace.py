@@ -1,0 +1,377 @@
+"""Follow one position through every block, with the numbers the model used.
+
+Every row comes from a `Recorder` passed to the model's own forward pass (model.py), never from a
+second computation here. The only arithmetic on top is
+  - the logit lens: a block's recorded output row through the model's own `final_norm` and `head`
+    modules, then softmax ("what would the head predict if the model stopped after this block"),
+  - probabilities: softmax of the recorded logits row.
+
+`trace_position` returns a typed `Trace`; `Trace.to_json()` is the `--json` object, and
+trace_text.py lays the same data out as tables for a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
+
+import torch
+
+from ..errors import MinigptError, option
+from ..memory import check_memory, forward_bytes
+from ..model import stages
+from ..model.gpt import MiniGPT, check_context, check_token_ids
+from ..model.recorder import Recorder
+from ..text.tokenizer import TextTokenizer
+from .interventions import Intervention, replacements
+
+# ---------------------------------------------------------------- input checks (one-line refusals)
+
+
+GIVE_TOKENS = f"pass {option('prompt')} TEXT or {option('ids')} 3,1,4"
+
+
+def prompt_ids(tokenizer: TextTokenizer, prompt: str) -> list[int]:
+    if prompt == "":
+        raise MinigptError(f"the prompt is empty; trace needs at least one token: {GIVE_TOKENS}")
+    return tokenizer.encode(prompt)  # a char tokenizer refuses characters it never saw
+
+
+def parse_ids(text: str) -> list[int]:
+    """`3,1,4` -> [3, 1, 4]; anything but comma-separated integers is refused."""
+    if not text.strip():
+        raise MinigptError(f"{option('ids')} is empty; trace needs at least one token id, e.g. {option('ids')} 3,1,4")
+    ids = []
+    for part in text.split(","):
+        try:
+            ids.append(int(part.strip()))
+        except ValueError:
+            raise MinigptError(
+                f"{option('ids')} {text!r}: {part.strip()!r} is not an integer; give comma-separated "
+                f"token ids, e.g. {option('ids')} 3,1,4"
+            ) from None
+    return ids
+
+
+def check_ids(model: MiniGPT, ids: list[int]) -> None:
+    if not ids:
+        raise MinigptError(f"the prompt has no tokens; trace needs at least one: {GIVE_TOKENS}")
+    check_context(len(ids), model.context, "the prompt", "shorten the prompt")
+    check_token_ids(ids, model.vocab_size)
+    # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
+    check_memory(
+        forward_bytes(model.cfg, model.vocab_size, len(ids), recorded=True),
+        model.token_table.weight.device.type,
+        f"tracing {len(ids)} tokens through this model (every block's stages kept)",
+        "trace a shorter prompt",
+    )
+
+
+def resolve_position(position: int | None, length: int) -> int:
+    """Default: the last token; negative counts from the end, as in Python."""
+    if position is None:
+        return length - 1
+    index = position + length if position < 0 else position
+    if not 0 <= index < length:
+        raise MinigptError(
+            f"{option('position')} {position} is beyond the prompt: it has {length} token(s), positions "
+            f"0..{length - 1} (or -{length}..-1 from the end)"
+        )
+    return index
+
+
+def resolve_blocks(block: int | None, n_layer: int) -> list[int]:
+    if block is None:
+        return list(range(n_layer))
+    index = block + n_layer if block < 0 else block
+    if not 0 <= index < n_layer:
+        raise MinigptError(
+            f"{option('block')} {block} does not exist: the model has {n_layer} block(s), "
+            f"0..{n_layer - 1} (or -{n_layer}..-1 from the end)"
+        )
+    return [index]
+
+
+# ---------------------------------------------------------------- the result, typed
+
+
+@dataclass
+class Candidate:
+    """One possible next token: its text, id, probability (softmax of the logits) and logit."""
+
+    token: str
+    id: int
+    probability: float
+    logit: float
+
+
+@dataclass
+class Row:
+    """A stage's row at the traced position, and the shape of the whole array it comes from."""
+
+    row: list[float]
+    shape: list[int]
+
+
+@dataclass
+class InputRows:
+    """Block 0's input at the traced position: token row + position row = X."""
+
+    token_row: list[float]
+    position_row: list[float]
+    row: list[float]
+    shape: list[int]
+    token_table_shape: list[int]
+    position_table_shape: list[int]
+
+
+@dataclass
+class BlockTrace:
+    index: int
+    input: Row  # what enters the block
+    stages: dict[str, list[float]]  # stage name -> row, in the order the block computed them
+    shapes: dict[str, list[int]]  # stage name -> whole-array shape
+    attention_weights: list[list[float]]  # [head][key] over the visible keys 0..position
+    attention_shape: list[int]  # [1, H, T, T]
+    logit_lens: list[Candidate]  # this block's output through final_norm and the head
+    full_attention: list[list[list[float]]] = field(default_factory=list, repr=False)  # [head][query][key]; not in JSON
+
+
+@dataclass
+class Trace:
+    position: int
+    ids: list[int]
+    tokens: list[str]
+    model: dict[str, Any]
+    input: InputRows
+    blocks: list[BlockTrace]
+    final_norm: Row
+    next_tokens: list[Candidate]
+    interventions: list[str] = field(default_factory=list)  # as applied; in the JSON only when any
+    probabilities: list[float] = field(default_factory=list, repr=False)  # the whole next-token distribution
+    # Every stage the pass recorded, whole ([1, T, ...]), by full name: what `stage` reads; not in JSON.
+    recorded: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
+        """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
+        "residual1", "attention_weights", ..., or with block None the model's "input", "final_norm"
+        and "logits"; the row at the traced position, or at `position` (`whole` gives them all).
+        For attention_weights, that position's weights in every head over the keys it sees (0..p):
+        [H, p + 1], as `attention_weights` in the JSON."""
+        p = self.position if position is None else position
+        whole = self.whole(block, name)
+        return whole[:, p, : p + 1] if name == stages.ATTENTION_WEIGHTS else whole[p]
+
+    def whole(self, block: int | None, name: str) -> torch.Tensor:
+        """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights."""
+        key = name if block is None else stages.block_name(block, name)
+        if key not in self.recorded:
+            scope = stages.block_prefix(block) + "." if block is not None else ""
+            known = ", ".join(k for k in self.recorded if k.startswith(scope))
+            raise MinigptError(f"the trace has no stage {key!r}; it recorded: {known or 'no such block'}")
+        return self.recorded[key][0]
+
+    def as_dict(self) -> dict[str, Any]:
+        bare = replace(self, recorded={}, probabilities=[], blocks=[replace(b, full_attention=[]) for b in self.blocks])
+        out = _plain(bare)
+        del out["probabilities"], out["recorded"]
+        for block in out["blocks"]:
+            del block["full_attention"]
+        if not self.interventions:
+            del out["interventions"]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+
+def _plain(value: Any) -> Any:
+    """What dataclasses.asdict makes of a trace, without its deep copy of every number one by one
+    (most of the time of a GPT-2 trace's JSON): a list of numbers is copied whole."""
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and isinstance(value[0], (int, float, str)):
+            return list(value)
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
+class StageChange:
+    """One stage at the traced position, before and after the interventions."""
+
+    before: list[float]
+    after: list[float]
+    norm_before: float
+    norm_after: float
+    change: float  # the norm of after - before
+
+
+@dataclass
+class Comparison:
+    """The unmodified and the modified pass of the same prompt, stage by stage at one position."""
+
+    interventions: list[str]
+    before: Trace
+    after: Trace
+    stages: list[dict[str, StageChange]]  # per shown block: "input" and each stage
+    kl_divergence: float  # KL(before || after) of the two next-token distributions, in nats
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "interventions": self.interventions,
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "kl_divergence": self.kl_divergence,
+            "stages": [{name: _plain(change) for name, change in block.items()} for block in self.stages],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+
+# ---------------------------------------------------------------- the trace, from the recorder
+
+
+def _ranked(tokenizer: TextTokenizer, logits: torch.Tensor, top: int) -> list[Candidate]:
+    """The `top` most likely tokens under softmax(logits); ties keep the lower id first."""
+    logits = logits.double()
+    probabilities = torch.softmax(logits, dim=-1)
+    # A stable sort of only the tokens at least as likely as the top-th (ties included), which is
+    # the head of a stable sort of all of them: GPT-2 has 50,257 to rank, once per block.
+    least = torch.topk(probabilities, min(top, len(probabilities))).values[-1]
+    contenders = torch.nonzero(probabilities >= least).squeeze(1)  # in id order
+    ranked = torch.sort(probabilities[contenders], descending=True, stable=True).indices
+    order = contenders[ranked][:top].tolist()
+    return [Candidate(tokenizer.token_text(i), i, float(probabilities[i]), float(logits[i])) for i in order]
+
+
+def trace_position(
+    model: MiniGPT,
+    tokenizer: TextTokenizer,
+    ids: list[int],
+    position: int | None = None,
+    block: int | None = None,
+    top: int = 5,
+    interventions: Sequence[Intervention] = (),
+    only_at_position: bool = False,
+) -> Trace:
+    """Run the model once on `ids` with a recorder and collect what happened at one position;
+    `interventions` change stages of that same pass (at every position, or at the traced one only)."""
+    check_ids(model, ids)
+    if top < 1:
+        raise MinigptError(f"{option('top')} {top} is too small; show at least 1 next-token candidate")
+    p = resolve_position(position, len(ids))
+    shown = resolve_blocks(block, len(model.blocks))
+    top = min(top, model.vocab_size)
+    recorder = Recorder(model.cfg, replacements(list(interventions), model, p, only_at_position))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
+            # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB).
+            outputs = torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
+            lens = model.head(model.final_norm(outputs))  # the model's own modules
+            blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
+    finally:
+        model.train(was_training)
+    x = recorder[stages.INPUT]
+    final = recorder[stages.FINAL_NORM]
+    cfg = model.cfg
+    return Trace(
+        position=p,
+        ids=list(ids),
+        tokens=[tokenizer.token_text(i) for i in ids],
+        model={
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_embd": cfg.n_embd,
+            "ffn_hidden": cfg.ffn_hidden,
+            "context": cfg.context,
+            "vocab_size": model.vocab_size,
+            "norm": cfg.norm,
+            "norm_position": cfg.norm_position,
+            "activation": cfg.activation,
+            "bias": cfg.bias,
+            "tie_embeddings": cfg.tie_embeddings,
+            "dtype": cfg.dtype,
+        },
+        input=InputRows(
+            token_row=model.token_table.weight[ids[p]].tolist(),
+            position_row=model.position_table.weight[p].tolist(),
+            row=x[0, p].tolist(),
+            shape=list(x.shape),
+            token_table_shape=list(model.token_table.weight.shape),
+            position_table_shape=list(model.position_table.weight.shape),
+        ),
+        blocks=blocks,
+        final_norm=Row(final[0, p].tolist(), list(final.shape)),
+        next_tokens=_ranked(tokenizer, recorder[stages.LOGITS][0, p], top),
+        interventions=[str(item) for item in interventions],
+        probabilities=torch.softmax(recorder[stages.LOGITS][0, p].double(), dim=-1).tolist(),
+        recorded=dict(recorder.stages),
+    )
+
+
+def compare(
+    model: MiniGPT,
+    tokenizer: TextTokenizer,
+    ids: list[int],
+    interventions: Sequence[Intervention],
+    position: int | None = None,
+    block: int | None = None,
+    top: int = 5,
+    only_at_position: bool = False,
+) -> Comparison:
+    """The same prompt traced without and with `interventions`: each stage's row at the traced
+    position before and after, their norms and the norm of the change, and how far the next-token
+    distribution moved (KL divergence, nats)."""
+    before = trace_position(model, tokenizer, ids, position, block, top)
+    after = trace_position(model, tokenizer, ids, position, block, top, interventions, only_at_position)
+    changes = []
+    for first, second in zip(before.blocks, after.blocks):
+        rows = {stages.INPUT: (first.input.row, second.input.row)}
+        rows.update({name: (row, second.stages[name]) for name, row in first.stages.items()})
+        changes.append({name: _change(a, b) for name, (a, b) in rows.items()})
+    kl = math.fsum(
+        0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
+        for p, q in zip(before.probabilities, after.probabilities)
+    )
+    return Comparison([str(item) for item in interventions], before, after, changes, kl)
+
+
+def row_norm(row: list[float]) -> float:
+    """A row's Euclidean norm, its squares summed exactly (math.fsum)."""
+    return math.sqrt(math.fsum(v * v for v in row))
+
+
+def _change(before: list[float], after: list[float]) -> StageChange:
+    return StageChange(
+        before, after, row_norm(before), row_norm(after), row_norm([b - a for a, b in zip(before, after)])
+    )
+
+
+def _block_entry(
+    tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int, lens_logits: torch.Tensor
+) -> BlockTrace:
+    recorded = recorder.block(i)
+    weights = recorded.pop(stages.ATTENTION_WEIGHTS)  # [B, H, T, S]
+    entering = recorder[stages.INPUT] if i == 0 else recorder[stages.block_name(i - 1, stages.OUTPUT)]
+    return BlockTrace(
+        index=i,
+        input=Row(entering[0, p].tolist(), list(entering.shape)),
+        # in the order the block computed them (post-norm adds residual2)
+        stages={name: value[0, p].tolist() for name, value in recorded.items()},
+        shapes={name: list(value.shape) for name, value in recorded.items()},
+        attention_weights=weights[0, :, p, : p + 1].tolist(),  # [head][key], the visible keys 0..p
+        attention_shape=list(weights.shape),
+        logit_lens=_ranked(tokenizer, lens_logits, top),
+        full_attention=weights[0].tolist(),
+    )

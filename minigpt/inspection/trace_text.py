@@ -1,0 +1,293 @@
+"""The text view of a trace: tables that fit an 80-column terminal, with the numbers at a chosen
+number of decimals. It lays out exactly the data of `Trace.to_json()`; the only arithmetic here is
+the mean, standard deviation (biased) and norm printed for rows too wide to show in full.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import MinigptError, option
+from ..model.stages import (
+    ATTENTION,
+    FFN,
+    FINAL_NORM,
+    HIDDEN,
+    INPUT,
+    NORM1,
+    NORM2,
+    OUTPUT,
+    RESIDUAL1,
+    RESIDUAL2,
+    block_stages,
+)
+from .trace import Comparison, Trace
+
+WIDTH = 80
+MAX_DIGITS = 15
+TOKEN_SHOWN = 16  # a token's escaped text is cut to this many characters in tables
+
+
+def check_digits(digits: int) -> None:
+    if not 0 <= digits <= MAX_DIGITS:
+        raise MinigptError(f"{option('digits')} {digits} is out of range; show 0..{MAX_DIGITS} decimals")
+
+
+def number(value: float, digits: int) -> str:
+    """Fixed decimals; a value that rounds to zero prints without a minus sign."""
+    text = f"{value:.{digits}f}"
+    if text.startswith("-") and float(text) == 0.0:
+        text = text[1:]
+    return text
+
+
+def show_token(text: str, limit: int = TOKEN_SHOWN) -> str:
+    """Escaped like a Python string (a newline shows as \\n), cut to `limit` characters."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def row_lines(row: list[float], digits: int, room: int) -> list[str]:
+    """The row in full if it fits `room` characters; else its first coordinates, an ellipsis, and a
+    second line with its mean, standard deviation (biased) and norm."""
+    parts = [number(v, digits) for v in row]
+    full = "[" + ", ".join(parts) + "]"
+    if len(full) <= room:
+        return [full]
+    shown = len(parts) - 1
+    while shown > 1 and len("[" + ", ".join(parts[:shown]) + ", ...]") > room:
+        shown -= 1
+    n = len(row)
+    mean = math.fsum(row) / n
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in row) / n)
+    norm = math.sqrt(math.fsum(v * v for v in row))
+    stats = [f"mean {number(mean, digits)}", f"std {number(std, digits)}", f"norm {number(norm, digits)}"]
+    return ["[" + ", ".join(parts[:shown]) + ", ...]"] + _pack(stats, room, "  ")
+
+
+def _pack(items: list[str], room: int, sep: str) -> list[str]:
+    """Greedy lines of `items` joined by `sep`, each at most `room` characters where possible."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(sep) + len(item) <= room:
+            lines[-1] += sep + item
+        else:
+            lines.append(item)
+    return lines
+
+
+def _shape(shape: list[int]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def _table(
+    rows: list[tuple[str, list[float], list[int]]], digits: int, width: int, heading: tuple[str, str, str] | None = None
+) -> list[str]:
+    """`  label  row  shape` lines; a wide row continues under its own column."""
+    label_w = max(len(label) for label, _, _ in rows + ([heading] if heading else []))
+    shape_w = max(len(_shape(shape)) for _, _, shape in rows)
+    room = width - 2 - label_w - 2 - 2 - shape_w
+    cells = [(label, row_lines(row, digits, room), _shape(shape)) for label, row, shape in rows]
+    row_w = max(len(line) for _, lines, _ in cells for line in lines)
+    if heading:
+        row_w = max(row_w, len(heading[1]))
+    out = []
+    if heading:
+        out.append(f"  {heading[0]:<{label_w}}  {heading[1]:<{row_w}}  {heading[2]}".rstrip())
+    for label, lines, shape in cells:
+        out.append(f"  {label:<{label_w}}  {lines[0]:<{row_w}}  {shape}".rstrip())
+        out.extend(f"  {'':<{label_w}}  {line}" for line in lines[1:])
+    return out
+
+
+def _legend(model: dict[str, Any]) -> list[str]:
+    """One formula per stage, in the order the block computes them (stages.py), in the stages' names."""
+    norm = "LN" if model["norm"] == "layernorm" else "RMS"
+    b1, b2 = (" + b1", " + b2") if model["bias"] else ("", "")
+
+    def hidden(x: str) -> str:
+        if model["activation"] == "swiglu":  # W1 holds the gate and value projections side by side
+            return f"SiLU(gate) * value, [gate | value] = {x} W1{b1}"
+        return f"{model['activation']}({x} W1{b1})"
+
+    if model["norm_position"] == "pre":
+        formulas = {
+            NORM1: f"{norm}1({INPUT})",
+            ATTENTION: f"MHA({NORM1})",
+            RESIDUAL1: f"{INPUT} + {ATTENTION}",
+            NORM2: f"{norm}2({RESIDUAL1})",
+            HIDDEN: hidden(NORM2),
+            FFN: f"{HIDDEN} W2{b2}",
+            OUTPUT: f"{RESIDUAL1} + {FFN}",
+        }
+    else:  # post-norm's output is LN2's, so one line names both
+        formulas = {
+            ATTENTION: f"MHA({INPUT})",
+            RESIDUAL1: f"{INPUT} + {ATTENTION}",
+            NORM1: f"{norm}1({RESIDUAL1})",
+            HIDDEN: hidden(NORM1),
+            FFN: f"{HIDDEN} W2{b2}",
+            RESIDUAL2: f"{NORM1} + {FFN}",
+            NORM2: f"{OUTPUT} = {norm}2({RESIDUAL2})",
+        }
+    steps = [f"{stage} = {formulas[stage]}" for stage in block_stages(model["norm_position"]) if stage in formulas]
+    steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
+    return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
+
+
+def _attention_lines(entry: dict[str, Any], tokens: list[str], p: int, digits: int, width: int) -> list[str]:
+    weights = entry["attention_weights"]  # [head][key]
+    heads = len(weights)
+    key_w = max(3, len(str(p)))
+    shown = [show_token(tokens[k]) for k in range(p + 1)]
+    tok_w = max(5, max(len(s) for s in shown))
+    col_w = max(len(f"head {heads - 1}"), digits + 2)
+    per_line = max(1, (width - 4 - key_w - 2 - tok_w) // (col_w + 2))
+    out = [
+        "  " + line
+        for line in _pack(
+            [f"attention weights {_shape(entry['attention_shape'])}:", f"position {p} over the keys it can see"],
+            width - 2,
+            " ",
+        )
+    ]
+    for first in range(0, heads, per_line):
+        group = range(first, min(heads, first + per_line))
+        out.append(f"    {'key':>{key_w}}  {'token':<{tok_w}}" + "".join(f"  {f'head {h}':>{col_w}}" for h in group))
+        for k in range(p + 1):
+            out.append(
+                f"    {k:>{key_w}}  {shown[k]:<{tok_w}}"
+                + "".join(f"  {number(weights[h][k], digits):>{col_w}}" for h in group)
+            )
+    return out
+
+
+def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
+    trace = result.as_dict()
+    p, ids, tokens, model = trace["position"], trace["ids"], trace["tokens"], trace["model"]
+    out = _pack(
+        [
+            f"trace of position {p}",
+            f"(token {show_token(tokens[p])}, id {ids[p]})",
+            f"in a prompt of {len(ids)} token(s)",
+        ],
+        width,
+        " ",
+    )
+    about = [
+        f"model: {model['n_layer']} block(s),",
+        f"{model['n_head']} heads,",
+        f"width {model['n_embd']},",
+        f"FFN {model['ffn_hidden']},",
+        f"{model['vocab_size']} tokens,",
+        model["dtype"],
+    ]
+    if model["tie_embeddings"]:
+        about[-1] += ","
+        about.append("tied head")
+    out += _pack(about, width, " ")
+    if trace.get("interventions"):
+        out += _pack(
+            ["interventions (the rows below are the modified pass; set-input replaces the input row):"]
+            + trace["interventions"],
+            width,
+            " ",
+        )
+    listed = _pack([f"{i}:{show_token(t)}" for i, t in enumerate(tokens)], width - 9, "  ")
+    out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
+    legend = _pack(_legend(model), width - 2, " ")
+    out += [legend[0]] + ["  " + line for line in legend[1:]]
+    out.append(f"rows: position {p} of each recorded stage; shape: the whole array")
+
+    for entry in trace["blocks"]:
+        i = entry["index"]
+        rows = []
+        if i == 0:
+            inp = trace["input"]
+            rows += [
+                (f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]),
+                (f"+ position {p}", inp["position_row"], inp["position_table_shape"]),
+                (f"= {INPUT}", inp["row"], inp["shape"]),
+            ]
+        else:
+            rows.append((INPUT, entry["input"]["row"], entry["input"]["shape"]))
+        rows += [(name, row, entry["shapes"][name]) for name, row in entry["stages"].items()]
+        out += ["", f"block {i} of {model['n_layer']}"]
+        out += _table(rows, digits, width, heading=("stage", f"row at position {p}", "shape"))
+        out += _attention_lines(entry, tokens, p, digits, width)
+
+    out += ["", "after the last block"]
+    out += _table([(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])], digits, width)
+    out.append(f"next token after position {p}: softmax({FINAL_NORM} row @ head), top {len(trace['next_tokens'])}")
+    tok_w = max([5] + [len(show_token(c["token"])) for c in trace["next_tokens"]])
+    id_w = max(2, len(str(model["vocab_size"] - 1)))
+    num_w = max(len("probability"), max(len(number(c["logit"], digits)) for c in trace["next_tokens"]))
+    out.append(f"  {'rank':>4}  {'id':>{id_w}}  {'token':<{tok_w}}  {'logit':>{num_w}}  {'probability':>{num_w}}")
+    for rank, c in enumerate(trace["next_tokens"], 1):
+        out.append(
+            f"  {rank:>4}  {c['id']:>{id_w}}  {show_token(c['token']):<{tok_w}}  "
+            f"{number(c['logit'], digits):>{num_w}}  {number(c['probability'], digits):>{num_w}}"
+        )
+
+    out += [
+        "",
+        "logit lens: each block's output row, through final_norm and the head, softmax:",
+        "what the model would predict if it stopped after that block",
+    ]
+    for entry in trace["blocks"]:
+        label = f"  block {entry['index']:<3} "
+        guesses = [f"{show_token(c['token'])} {number(c['probability'], digits)}" for c in entry["logit_lens"]]
+        lines = _pack(guesses, width - len(label), "   ")
+        out.append(label + lines[0])
+        out.extend(" " * len(label) + line for line in lines[1:])
+    return "\n".join(out)
+
+
+def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -> str:
+    """Both passes side by side, stage by stage at the traced position: the rows (cut to fit),
+    their norms and the norm of the change; then the top next tokens before and after, and the KL
+    divergence between the two next-token distributions."""
+    before, after = result.before, result.after
+    p, tokens = before.position, before.tokens
+    out = _pack(
+        [
+            f"comparison at position {p}",
+            f"(token {show_token(tokens[p])}, id {before.ids[p]})",
+            f"in a prompt of {len(tokens)} token(s)",
+        ],
+        width,
+        " ",
+    )
+    out += _pack(
+        ["interventions:"] + [item + ";" for item in result.interventions[:-1]] + result.interventions[-1:], width, " "
+    )
+    label_w = max(len("stage"), *(len(name) for block in result.stages for name in block))
+    num_w = max(len("|before|"), digits + 4)
+    room = width - 4 - len("before  ")
+    for entry, block in zip(before.blocks, result.stages):
+        out += [
+            "",
+            f"block {entry.index} of {before.model['n_layer']}: norms before and after, the change's norm, the rows",
+        ]
+        out.append(f"  {'stage':<{label_w}}  {'|before|':>{num_w}}  {'|after|':>{num_w}}  {'|change|':>{num_w}}")
+        for name, change in block.items():
+            out.append(
+                f"  {name:<{label_w}}  {number(change.norm_before, digits):>{num_w}}"
+                f"  {number(change.norm_after, digits):>{num_w}}  {number(change.change, digits):>{num_w}}"
+            )
+            out.append(f"    before  {row_lines(change.before, digits, room)[0]}")
+            out.append(f"    after   {row_lines(change.after, digits, room)[0]}")
+    out += ["", f"next token after position {p}, before and after:"]
+    tok_w = max([5] + [len(show_token(c.token)) for c in before.next_tokens + after.next_tokens])
+    prob_w = max(len("probability"), digits + 2)
+    out.append(
+        f"  {'rank':>4}  {'token':<{tok_w}}  {'probability':>{prob_w}}    {'token':<{tok_w}}  {'probability':>{prob_w}}"
+    )
+    for rank, (a, b) in enumerate(zip(before.next_tokens, after.next_tokens), 1):
+        out.append(
+            f"  {rank:>4}  {show_token(a.token):<{tok_w}}  {number(a.probability, digits):>{prob_w}}"
+            f"    {show_token(b.token):<{tok_w}}  {number(b.probability, digits):>{prob_w}}"
+        )
+    out.append(f"KL(before || after) = {number(result.kl_divergence, digits)} nats")
+    return "\n".join(out)

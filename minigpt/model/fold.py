@@ -1,0 +1,95 @@
+"""Folding the norms: a weight transform, so that sampling can run a cheaper model through the one
+forward pass (model.py) instead of a second implementation of it.
+
+A pre-norm block only ever reads a norm's output through one matrix, so the norm's learned gain g
+and bias beta can move into that matrix (TransformerLens's `fold_ln`). Row vectors as in model.py,
+with `n` the plain norm (no gain, no bias) and a Linear's weight stored as [out, in]:
+
+    LN(x) W + b  =  (n g + beta) W + b  =  n (diag(g) W) + (beta W + b)
+
+    norm1 -> qkv        norm2 -> W1        final_norm -> head (a tied head becomes an untied copy)
+
+`fold_norms(model)` returns a new MiniGPT, the same class running the same forward, whose norms
+are plain and whose matrices carry what they held (each stored [in, out] in memory, the layout a
+row-vector product reads fastest); the original is untouched. Every folded value
+is computed in float64 on the CPU (where every device's weights can be, MPS has no float64) and
+rounded once to the model's dtype, so the two models agree up to that dtype's rounding
+(tests/test_fold.py states the tolerance). RMSNorm's gain folds the same way (it has no bias).
+
+What does not fold: post-norm (chapter 17.6), where LN1's output is read by the FFN and by the
+second residual add, and LN2's output is the stream itself, read by the next block and its
+residual; no single matrix reads either. `unfoldable(model)` says why, and callers (sampling) then
+run the model itself.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import MinigptError
+from .gpt import MiniGPT
+from .layers import make_norm
+
+
+def unfoldable(model: MiniGPT) -> str | None:
+    """Why `fold_norms` cannot fold this model, or None when it can."""
+    if type(model) is not MiniGPT:  # a subclass may read its norms some other way
+        return f"{type(model).__name__} is not a MiniGPT; only MiniGPT's own blocks are known to fold"
+    if model.cfg.norm_position != "pre":
+        return (
+            "a post-norm block's norms are not read by one matrix each (LN2's output is the residual "
+            "stream itself), so their gains cannot be folded into one"
+        )
+    return None
+
+
+def fold_norms(model: MiniGPT) -> MiniGPT:
+    """A new MiniGPT computing what `model` computes, with every norm plain and its gain and bias
+    folded into the matrix that reads it; built from the weights as they are now (a snapshot: fold
+    again after training). Same device, dtype and train/eval mode as `model`; no gradients."""
+    reason = unfoldable(model)
+    if reason is not None:
+        raise MinigptError(f"cannot fold this model's norms: {reason}")
+    dtype, device = model.head.weight.dtype, model.head.weight.device
+    folded = copy.deepcopy(model)  # the same class and modules; every changed weight is replaced below
+    folded.cfg = replace(model.cfg, tie_embeddings=False)  # the head gets its own folded matrix
+    with torch.no_grad():
+        for block, source in zip(folded.blocks, model.blocks):
+            block.norm1 = _fold(source.norm1, source.attention.qkv, block.attention.qkv, folded.cfg)
+            block.norm2 = _fold(source.norm2, source.ffn.W1, block.ffn.W1, folded.cfg)
+        folded.head.weight = nn.Parameter(torch.empty_like(model.head.weight))  # untied from the token table
+        folded.final_norm = _fold(model.final_norm, model.head, folded.head, folded.cfg)
+        folded = folded.to(device, dtype)
+        for linear in folded.modules():
+            if isinstance(linear, nn.Linear):
+                # The same [out, in] matrix stored as [in, out]: `x W` then reads W row by row and
+                # the BLAS multiplies it as it lies (measured: the head's one row in 15 us instead
+                # of 27, the last block's single-row matmuls a third faster, the rest the same).
+                linear.weight = nn.Parameter(linear.weight.T.contiguous().T)
+    return folded.requires_grad_(False)
+
+
+def _fold(norm: nn.Module, reader: nn.Linear, target: nn.Linear, cfg) -> nn.Module:
+    """Write `reader(norm(x))`'s folded matrix and bias into `target` (the folded model's copy of
+    `reader`); return the plain norm that takes `norm`'s place."""
+    matrix = _wide(reader.weight)  # [out, in]
+    weight = matrix * _wide(norm.weight)[None, :]  # W diag(g), as [out, in]
+    bias = _wide(reader.bias)
+    if getattr(norm, "bias", None) is not None:
+        shift = matrix @ _wide(norm.bias)  # beta W, as [out]
+        bias = shift if bias is None else bias + shift
+    target.weight.copy_(weight.to(target.weight.dtype))  # the one rounding
+    if bias is not None:
+        if target.bias is None:  # the head has no bias of its own: final_norm's beta becomes one
+            target.bias = nn.Parameter(torch.empty(bias.shape, dtype=target.weight.dtype, device=target.weight.device))
+        target.bias.copy_(bias.to(target.bias.dtype))
+    return make_norm(cfg, affine=False)  # no tensors of its own
+
+
+def _wide(t: Tensor | None) -> Tensor | None:
+    """float64 on the CPU: every product and sum of the fold is computed there."""
+    return None if t is None else t.detach().to("cpu", torch.float64)

@@ -1,0 +1,202 @@
+"""model.gpt: carved from model.py (docstring to write)
+
+MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
+
+    x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
+    for block in blocks (pre-norm, chapter 17.5):
+        norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
+        norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
+        output = residual1 + ffn;  x = output
+    logits = final_norm(x) W_head
+
+Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
+A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
+(the names come from stages.py); there is no second implementation for the trace to drift from, and
+none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
+forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
+computes the weights explicitly so they can be shown.
+
+The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
+ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
+
+This forward is also sampling's inner loop: past the position table each new token is one pass of
+about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
+work is a tenth of the time. So inside the model each submodule is applied through its `forward`
+and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
+nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
+pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
+model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
+its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
+lookup is a Python call).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..errors import MinigptError
+from . import stages
+from .cache import KVCache, LayerCache
+from .layers import CausalSelfAttention, FeedForward, linear, make_norm, residual
+from .recorder import Recorder
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class ContextTooLongError(MinigptError):
+    """A sequence needs a position row the learned table does not have."""
+
+
+def check_context(length: int, context: int, what: str = "the sequence", advice: str = "") -> None:
+    """The one refusal for anything longer than the position table, whoever notices it first
+    (forward, sampling, trace), so it reads the same wherever it is raised."""
+    if length > context:
+        raise ContextTooLongError(
+            f"{what} has {length} tokens but the position table has {context} rows ([model] context = {context}); "
+            f"the model has no row for position {context} and will not invent one, so use at most {context} tokens"
+            + (f": {advice}" if advice else "")
+        )
+
+
+class TokenOutOfRangeError(MinigptError):
+    """A token id outside [0, vocab_size)."""
+
+
+def check_token_ids(ids, vocab_size: int) -> None:
+    """Refuse ids outside the vocabulary where they enter (a prompt, trace ids, a corpus), once,
+    so the forward pass itself never has to look at their values. `ids`: a list, tensor or array."""
+    if len(ids) == 0:
+        return
+    low, high = (int(ids.min()), int(ids.max())) if hasattr(ids, "min") else (min(ids), max(ids))
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise TokenOutOfRangeError(
+            f"token id {bad} is not in the vocabulary: this model has {vocab_size} "
+            f"tokens, ids 0..{vocab_size - 1}; use ids the tokenizer produced"
+        )
+
+
+def _untapped(name: str, value: Tensor) -> Tensor:
+    return value
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre_norm = cfg.norm_position == "pre"
+        self.norm1 = make_norm(cfg)
+        self.attention = CausalSelfAttention(cfg)
+        self.norm2 = make_norm(cfg)
+        self.ffn = FeedForward(cfg)
+
+    def forward(
+        self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+    ) -> Tensor:
+        """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
+        recorded order is the computation order, which stages.PRE_NORM / stages.POST_NORM name.
+        `last_only` (sampling's last block): every row feeds the keys and values, but only the last
+        row goes on through the residual and the FFN, so T = 1 from `attention` on."""
+        tap = recorder.record if recorder is not None else _untapped
+        stream = x[:, -1:] if last_only else x  # the rows that continue past attention
+        feed = self.ffn
+        if self.pre_norm:  # chapter 17.5
+            norm1 = tap(stages.NORM1, self.norm1.forward(x))  # [B, T, C]
+            attention = tap(stages.ATTENTION, self.attention.forward(norm1, recorder, cache, last_only))  # [B, T, C]
+            residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+            norm2 = tap(stages.NORM2, self.norm2.forward(residual1))  # [B, T, C]
+            hidden = tap(stages.HIDDEN, feed.hidden(norm2))  # [B, T, F]
+            ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
+            return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
+        # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
+        attention = tap(stages.ATTENTION, self.attention.forward(x, recorder, cache, last_only))  # [B, T, C]
+        residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+        norm1 = tap(stages.NORM1, self.norm1.forward(residual1))  # [B, T, C]
+        hidden = tap(stages.HIDDEN, feed.hidden(norm1))  # [B, T, F]
+        ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
+        residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
+        norm2 = tap(stages.NORM2, self.norm2.forward(residual2))  # [B, T, C]
+        return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
+
+
+class MiniGPT(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        if vocab_size < 1:
+            raise MinigptError(f"vocab_size = {vocab_size}; a model needs at least one token")
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.context = cfg.context
+        self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
+        self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.final_norm = make_norm(cfg)
+        self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.token_table.weight
+        self._init_weights(cfg)
+        self.to(DTYPES[cfg.dtype])
+
+    def _init_weights(self, cfg: ModelConfig) -> None:
+        # GPT-2's scheme: N(0, 0.02) everywhere, and the two projections that write into the residual
+        # stream scaled by 1/sqrt(2 n_layer) so the stream's variance does not grow with depth.
+        std = 0.02
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+        for block in self.blocks:
+            for proj in (block.attention.out, block.ffn.W2):
+                nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * cfg.n_layer))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        ids: Tensor,
+        targets: Tensor | None = None,
+        recorder: Recorder | None = None,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given.
+        `last_only` computes the last block past its attention, the final norm and the head for the
+        last position alone ([B, 1, V]): all that sampling reads (every block's keys and values are
+        still computed for every position)."""
+        if last_only and targets is not None:
+            raise ValueError("last_only computes one position's logits; the loss needs all of them")
+        start = cache.length if cache is not None else 0
+        T = ids.shape[1]
+        # A shape check, no host sync: the position table has no row past `context`.
+        check_context(start + T, self.context, f"the sequence ({start} cached + {T} new)" if start else "the sequence")
+        tap = recorder.record if recorder is not None else _untapped
+        # The position rows are a slice of the table: the same values (and gradient) as looking
+        # up arange(start, start + T), without building the indices.
+        tokens = F.embedding(ids, self.token_table.weight)  # E[ids]: [B, T, C]
+        x = tokens + self.position_table.weight[start : start + T]  # + P[start : start + T]: [T, C]
+        if self.training and self.cfg.dropout > 0:
+            x = F.dropout(x, self.cfg.dropout)
+        x = tap(stages.INPUT, x)
+        last = len(self.blocks) - 1
+        for i, block in enumerate(self.blocks):
+            x = block.forward(
+                x,
+                recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,
+                cache.layers[i] if cache is not None else None,
+                last_only and i == last,
+            )
+        final = tap(stages.FINAL_NORM, self.final_norm.forward(x))  # [B, T or 1, C]
+        logits = tap(stages.LOGITS, linear(final, self.head))  # [B, T or 1, V]
+        loss = None
+        if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).to(torch.promote_types(logits.dtype, torch.float32)),
+                targets.reshape(-1),
+            )
+        return logits, loss

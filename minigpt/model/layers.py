@@ -1,0 +1,205 @@
+"""model.layers: carved from model.py (docstring to write)
+
+MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
+
+    x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
+    for block in blocks (pre-norm, chapter 17.5):
+        norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
+        norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
+        output = residual1 + ffn;  x = output
+    logits = final_norm(x) W_head
+
+Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
+A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
+(the names come from stages.py); there is no second implementation for the trace to drift from, and
+none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
+forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
+computes the weights explicitly so they can be shown.
+
+The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
+ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
+
+This forward is also sampling's inner loop: past the position table each new token is one pass of
+about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
+work is a tenth of the time. So inside the model each submodule is applied through its `forward`
+and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
+nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
+pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
+model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
+its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
+lookup is a Python call).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from . import stages
+from .cache import LayerCache
+from .recorder import Recorder
+
+
+class ResidualShapeError(ValueError):
+    """A residual add whose operands differ in shape (chapter 17.2: no broadcasting)."""
+
+
+def residual(stream: Tensor, update: Tensor) -> Tensor:
+    """stream + update, refusing any broadcast: one update per example and position (chapter 17.2)."""
+    if stream.shape != update.shape:
+        raise ResidualShapeError(
+            f"residual add needs equal shapes, got {list(stream.shape)} + "
+            f"{list(update.shape)}; broadcasting would reuse one update for many rows"
+        )
+    return stream + update
+
+
+class LayerNorm(nn.Module):
+    """LN(x)_c = gamma_c (x_c - mu) / sqrt(sigma^2 + eps) + beta_c over the last axis only, with the
+    biased variance (divide by C): chapter 17.3. Computed by torch's fused kernel, which a test checks
+    against the formula. `affine=False` leaves out gamma and beta (the plain norm of a folded model,
+    fold.py, whose gain and bias live in the matrix that reads the norm)."""
+
+    def __init__(self, width: int, eps: float, bias: bool = True, affine: bool = True):
+        super().__init__()
+        self.width, self.eps = width, eps
+        self.weight = nn.Parameter(torch.ones(width)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(width)) if affine and bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        # torch.layer_norm is what F.layer_norm calls after its Python checks for tensor subclasses,
+        # which cost as much as a small kernel here (nine norms a pass)
+        return torch.layer_norm(x, (self.width,), self.weight, self.bias, self.eps)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm(x)_i = g_i x_i / sqrt(mean(x^2) + eps): rescales without subtracting the mean, and
+    has no bias by definition (so `[model] bias` does not apply to it). `affine=False`: no gain."""
+
+    def __init__(self, width: int, eps: float, affine: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed if self.weight is None else normed * self.weight
+
+
+def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias, affine)
+    return RMSNorm(cfg.n_embd, cfg.norm_eps, affine)
+
+
+def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """x W + b with the layer's own weight and bias: what `layer(x)` computes, without nn.Module's
+    call machinery (see the module's docstring). The two are read from `_parameters`, the dict
+    nn.Module keeps them in: `layer.weight` reaches it only after Python's own attribute lookup has
+    failed, through nn.Module.__getattr__, which costs as much as a small op (34 reads a pass)."""
+    parameters = layer._parameters
+    return F.linear(x, parameters["weight"], parameters["bias"])
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention: project, split into heads, mask, softmax, mix values, join, W_O."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.head_width = cfg.n_embd // cfg.n_head
+        # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path.
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.out = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # W_O
+        self.dropout = cfg.dropout
+
+    def forward(
+        self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+    ) -> Tensor:
+        """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
+        which still reads every key and value (and stores them all in the cache)."""
+        B, T, C = x.shape  # batch, new positions, width
+        qkv = linear(x, self.qkv)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
+        # Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
+        # of its third (one view and one permute, no copy)
+        q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.extend(k, v)  # [B, H, S, d]: the cached keys and values, then these T
+        S = k.shape[2]  # keys visible in total: the cached ones plus these T
+        if last_only:  # one query, the last position: it may read every key, so no mask is needed
+            q, past, T = q[:, :, -1:], S - 1, 1
+        p = self.dropout if self.training else 0.0
+        # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
+        # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
+        if recorder is None and not _lowered_precision(x):
+            if past == 0:
+                mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)  # [B, H, T, d]
+            else:
+                mask = None if T == 1 else _causal_mask(T, S, past, x.device)
+                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        else:
+            scores = q @ k.transpose(-2, -1)  # [B, H, T, S]
+            if scores.dtype in (torch.bfloat16, torch.float16):
+                scores = scores.float()  # scale, mask and softmax in float32: only the matmuls are lowered
+            scores = (scores / math.sqrt(self.head_width)).masked_fill(
+                ~_causal_mask(T, S, past, x.device), float("-inf")
+            )
+            weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
+            if recorder is not None:
+                recorder.record(stages.ATTENTION_WEIGHTS, weights)
+            if p > 0:
+                weights = F.dropout(weights, p)
+            mixed = weights.to(v.dtype) @ v  # [B, H, T, d]
+        if recorder is not None:
+            mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
+        joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
+        attention = linear(joined, self.out)  # W_O: [B, T, C]
+        return F.dropout(attention, p) if p > 0 else attention
+
+
+def _lowered_precision(x: Tensor) -> bool:
+    """Whether autocast runs this pass's matmuls in a lower precision (bfloat16 training)."""
+    try:  # x.is_cpu first: building x.device costs more than the check itself
+        return torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_cpu_enabled() if x.device.type == "cpu" else torch.is_autocast_enabled()
+
+
+def _causal_mask(T: int, S: int, past: int, device) -> Tensor:
+    """[T, S] booleans: query i (absolute position past + i) may read key j iff j <= past + i."""
+    rows = torch.arange(T, device=device).unsqueeze(1) + past
+    return torch.arange(S, device=device).unsqueeze(0) <= rows
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: hidden = act(x W1 + b1), ffn = hidden W2 + b2 (chapter 17.4).
+    With swiglu, W1 holds the gate and value projections side by side: hidden = SiLU(gate) * value."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.activation = cfg.activation
+        widen = 2 if cfg.activation == "swiglu" else 1
+        self.W1 = nn.Linear(cfg.n_embd, widen * cfg.ffn_hidden, bias=cfg.bias)
+        self.W2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def hidden(self, x: Tensor) -> Tensor:
+        pre = linear(x, self.W1)
+        if self.activation == "relu":
+            return F.relu(pre, inplace=True)  # `pre` is W1's fresh output, read by nothing else
+        if self.activation == "gelu":
+            return F.gelu(pre)
+        if self.activation == "gelu_tanh":  # GPT-2's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            return F.gelu(pre, approximate="tanh")
+        gate, value = pre.chunk(2, dim=-1)
+        return F.silu(gate) * value
+
+    def project(self, hidden: Tensor) -> Tensor:
+        ffn = linear(hidden, self.W2)
+        return F.dropout(ffn, self.dropout) if self.training and self.dropout > 0 else ffn

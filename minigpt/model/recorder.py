@@ -1,0 +1,113 @@
+"""model.recorder: carved from model.py (docstring to write)
+
+MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
+
+    x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
+    for block in blocks (pre-norm, chapter 17.5):
+        norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
+        norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
+        output = residual1 + ffn;  x = output
+    logits = final_norm(x) W_head
+
+Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
+A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
+(the names come from stages.py); there is no second implementation for the trace to drift from, and
+none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
+forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
+computes the weights explicitly so they can be shown.
+
+The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
+ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
+
+This forward is also sampling's inner loop: past the position table each new token is one pass of
+about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
+work is a tenth of the time. So inside the model each submodule is applied through its `forward`
+and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
+nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
+pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
+model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
+its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
+lookup is a Python call).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+from torch import Tensor
+
+from ..config import ModelConfig
+from ..errors import MinigptError
+from . import stages
+
+Replacement = Callable[[Tensor, dict[str, Tensor]], Tensor]
+
+
+class UnknownStageError(MinigptError):
+    """A replacement (or a record) for a stage name the model never computes."""
+
+
+class Recorder:
+    """Named stages of one forward pass: `input`, `blocks.{i}.{stage}`, `blocks.{i}.attention_weights`,
+    `final_norm` and `logits` (stages.recorded_names), each the whole [B, T, ...] tensor, detached,
+    in the order computed.
+
+    A tap as well as a record: `replacements` maps a full stage name to a function of (the value
+    the pass computed, the stages recorded so far) that returns what the pass continues with, so
+    an intervention runs through the model's own forward pass. `blocks.{i}.heads` ([B, H, T, d],
+    each head's mixed values before W_O) can be replaced but is not recorded.
+
+    Built for one model's config, it knows every name that model computes: a replacement for any
+    other name is refused here, where it is made, instead of being silently never applied."""
+
+    def __init__(self, cfg: ModelConfig, replacements: dict[str, Replacement] | None = None):
+        self.prefix = ""
+        self.stages: dict[str, Tensor] = {}
+        self.replacements: dict[str, Replacement] = dict(replacements or {})
+        self.known = frozenset(stages.replaceable_names(cfg.n_layer, cfg.norm_position))
+        self.cfg = cfg
+        unknown = [name for name in self.replacements if name not in self.known]
+        if unknown:
+            raise UnknownStageError(self._unknown(unknown, "a replacement"))
+
+    def _unknown(self, names: list[str], what: str) -> str:
+        cfg = self.cfg
+        per_block = [stages.ATTENTION_WEIGHTS, *stages.block_stages(cfg.norm_position), stages.HEADS]
+        return (
+            f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "
+            f"{stages.INPUT}, {stages.FINAL_NORM}, {stages.LOGITS} and blocks.I.STAGE for I in 0..{cfg.n_layer - 1} "
+            f"with STAGE one of {', '.join(per_block)} ({cfg.norm_position}-norm)"
+        )
+
+    def _check(self, name: str) -> str:
+        full = self.prefix + name
+        if full not in self.known:  # a name model.py records that stages.py does not define
+            raise UnknownStageError(self._unknown([full], "a record"))
+        return full
+
+    def modify(self, name: str, value: Tensor) -> Tensor:
+        """`value`, or what a replacement for this stage makes of it."""
+        replace = self.replacements.get(self._check(name))
+        return value if replace is None else replace(value, self.stages)
+
+    def record(self, name: str, value: Tensor) -> Tensor:
+        """Keep `value` (or its replacement) under `name` and hand it back, so the forward pass reads
+        `x = tap(name, f(...))`."""
+        value = self.modify(name, value)
+        self.stages[self.prefix + name] = value.detach()
+        return value
+
+    def scoped(self, prefix: str) -> Recorder:
+        """A view that writes into the same dict under `prefix.`, with the same replacements."""
+        view = copy.copy(self)  # shallow: the stages and replacements stay shared
+        view.prefix = self.prefix + prefix + "."
+        return view
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.stages[name]
+
+    def block(self, index: int) -> dict[str, Tensor]:
+        """The stages of block `index`, keyed by their bare names (`norm1`, ...)."""
+        head = stages.block_prefix(index) + "."
+        return {k[len(head) :]: v for k, v in self.stages.items() if k.startswith(head)}

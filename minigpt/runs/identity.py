@@ -1,0 +1,154 @@
+"""runs.identity: carved from run.py (docstring to write)
+
+The run folder: its layout, creating and replacing it, identity and resume checks, the metrics
+log, and loading its model for reading.
+
+    run/config.toml      the resolved config, exactly as used: a run describes itself
+    run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
+    run/checkpoint.pt    model, [model] section, optimizer, step, RNG states, hashes of config,
+                         tokenizer and corpus
+    run/best.pt          the model at its best validation loss so far (no optimizer state)
+    run/metrics.jsonl    one JSON object per logged step and per evaluation
+
+Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
+can hold tensors and plain values, never code. The model is always built from the [model] section
+stored in the checkpoint, never from a config that merely names the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..config import Config, model_section_differences
+from ..errors import MinigptError, option
+from ..text.sources import first_difference
+from ..text.tokenizer import TextTokenizer
+from .layout import CONFIG_FILE
+
+# ---------------------------------------------------------------- identity
+
+# Keys that do not change what a run computes; a resume may differ in them.
+# `data` is the path only: the corpus itself is identified by its sha256, so a moved file resumes.
+_NOT_IDENTITY = {
+    ("train", k)
+    for k in (
+        "data",
+        "out",
+        "device",
+        "threads",
+        "log_interval",
+        "eval_interval",
+        "checkpoint_interval",
+        "sample_every",
+        "sample_prompt",
+        "sample_tokens",
+        "tensorboard",
+        # A fine-tune is identified by its weights, not by where they were read: the source's sha256
+        # is in its checkpoint, and the path may change.
+        "init_from",
+        "init_checkpoint",
+    )
+}
+
+
+def config_sections(cfg: Config, leaving_out: set[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """[model], [tokenizer] and [train] as plain values, without the (section, key) pairs named."""
+    return {
+        section: {k: v for k, v in asdict(getattr(cfg, section)).items() if (section, k) not in leaving_out}
+        for section in ("model", "tokenizer", "train")
+    }
+
+
+def sections_differences(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> list[str]:
+    """`[section] key: a-value != b-value` for every key on which two `config_sections` disagree."""
+    return [f"[{section}] {d}" for section in a for d in model_section_differences(a[section], b.get(section, {}))]
+
+
+def training_identity(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The config sections that determine a training run's numbers ([sample] never does)."""
+    return config_sections(cfg, _NOT_IDENTITY)
+
+
+def config_hash(identity: dict[str, dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a checkpoint whose [model] section disagrees with the config, listing the keys."""
+    differences = model_section_differences(asdict(cfg.model), payload["model_config"])
+    if differences:
+        raise MinigptError(
+            f"checkpoint in {run_dir} was trained with another [model] section than "
+            f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
+            f"use the config it was trained with (it is saved as {option('config')} {run_dir / CONFIG_FILE}), "
+            f"or pass {option('run')} {run_dir} alone, which reads it"
+        )
+
+
+class CorpusIdentity(Protocol):
+    """What a resume compares of a corpus (data.Corpus has it)."""
+
+    sha256: str  # the file's, or the digest of every file's name and sha256
+    path: Path
+    source: str  # the corpus in a few words
+    files: list[tuple[str, str]]  # (name, sha256) of every file
+
+
+def check_resume(
+    payload: dict[str, Any], cfg: Config, tokenizer: TextTokenizer, corpus: CorpusIdentity, processes: int = 1
+) -> None:
+    """A resume must compute what the interrupted run would have: same config, text and tokenizer.
+    `cfg` holds the global batch (batch_size x `processes`, the run's identity under torchrun).
+    The text comes before the tokenizer: a tokenizer fitted to a changed text differs too, and
+    the text is what to name."""
+    stored = payload["identity"]
+    now = training_identity(cfg)
+    if config_hash(now) != payload["hashes"]["config"]:
+        diffs = sections_differences(now, stored)
+        advice = f"resume with the same config file, {option('set')} values and options"
+        batch, was = now["train"]["batch_size"], stored.get("train", {}).get("batch_size")
+        if was is not None and batch != was:  # the global batch: any number of processes that divides it
+            if processes > 1:
+                diffs = [
+                    f"[train] batch_size x {processes} processes: {batch} != {was}"
+                    if d.startswith("[train] batch_size:")
+                    else d
+                    for d in diffs
+                ]
+            per_process = (
+                f"{option('set')} train.batch_size={was // processes}"
+                if was % processes == 0
+                else f"a number of processes that divides {was}"
+            )
+            advice += f" (the checkpoint's global batch is {was}: use {per_process})"
+        if [d for d in diffs if not d.startswith("[train] steps:")] == []:
+            advice = (
+                "a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
+                f"run cannot be lengthened or shortened; train a new run with the {option('steps')} you want "
+                f"({option('force')} or another {option('out')}), or resume with the run's own"
+            )
+        raise MinigptError(
+            f"{option('resume')} refused: the config differs from the checkpoint's "
+            f"({'; '.join(diffs)} (now != checkpoint)); {advice}"
+        )
+    if corpus.sha256 != payload["hashes"]["corpus"]:
+        then = payload.get("corpus_files")  # absent from checkpoints written before runs had several files
+        if then is not None and max(len(then), len(corpus.files)) > 1:
+            raise MinigptError(
+                f"{option('resume')} refused: the training files ({corpus.source}) differ from the ones the "
+                f"checkpoint was trained on: {first_difference(then, corpus.files)}; resume with the original files"
+            )
+        raise MinigptError(
+            f"{option('resume')} refused: the corpus {corpus.path} differs from the one the checkpoint was "
+            f"trained on (sha256 {corpus.sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
+            f"resume with the original text"
+        )
+    if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
+        raise MinigptError(
+            f"{option('resume')} refused: the tokenizer differs from the one the checkpoint was trained "
+            f"with (tokenizer.json hash changed); start a new run with {option('force')} or another {option('out')}"
+        )

@@ -1,0 +1,83 @@
+"""runs.lock: carved from run.py (docstring to write)
+
+The run folder: its layout, creating and replacing it, identity and resume checks, the metrics
+log, and loading its model for reading.
+
+    run/config.toml      the resolved config, exactly as used: a run describes itself
+    run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
+    run/checkpoint.pt    model, [model] section, optimizer, step, RNG states, hashes of config,
+                         tokenizer and corpus
+    run/best.pt          the model at its best validation loss so far (no optimizer state)
+    run/metrics.jsonl    one JSON object per logged step and per evaluation
+
+Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
+can hold tensors and plain values, never code. The model is always built from the [model] section
+stored in the checkpoint, never from a config that merely names the run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import MinigptError, option
+
+# ---------------------------------------------------------------- one writer at a time
+
+
+class RunLock:
+    """An exclusive lock on a run folder for as long as one `train` writes it: `fcntl.flock` on a
+    small file beside the folder (`.NAME.lock` in its parent, so it exists before the folder does
+    and survives --force removing it), holding the writer's pid. The kernel releases it when the
+    process ends, however it ends, so a killed trainer never blocks the next one. Readers (sample,
+    trace) take no lock: every file they read is replaced atomically."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir.parent / f".{self.run_dir.name}.lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: no lock, as before
+            return self
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise MinigptError(
+                    f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); choose another {option('out')}"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise MinigptError(
+                    f"run folder {self.run_dir} is being written by another minigpt train "
+                    f"(pid {holder}); wait for it to finish or stop it, or choose another {option('out')}"
+                ) from None
+            # The holder before us removes the file as it lets go; a lock on a removed file locks nothing.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file while still holding the lock, then let go: nothing is left beside
+        the run folder (a killed trainer leaves its file, which blocks no one)."""
+        if self.fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None

@@ -1,0 +1,61 @@
+"""runs.metrics: carved from run.py (docstring to write)
+
+The run folder: its layout, creating and replacing it, identity and resume checks, the metrics
+log, and loading its model for reading.
+
+    run/config.toml      the resolved config, exactly as used: a run describes itself
+    run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
+    run/checkpoint.pt    model, [model] section, optimizer, step, RNG states, hashes of config,
+                         tokenizer and corpus
+    run/best.pt          the model at its best validation loss so far (no optimizer state)
+    run/metrics.jsonl    one JSON object per logged step and per evaluation
+
+Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
+can hold tensors and plain values, never code. The model is always built from the [model] section
+stored in the checkpoint, never from a config that merely names the run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import MinigptError
+from .layout import METRICS_FILE
+
+# ---------------------------------------------------------------- reading a run
+
+
+def metrics_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl. A last line cut short (the process was killed while writing
+    it) is left out: the resumed run logs that step again. Any other line that is not a JSON
+    object means the file was damaged some other way, and is refused."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            if number == len(lines):
+                break
+            raise MinigptError(
+                f"{path} line {number} is not a JSON object; the run folder is damaged: remove "
+                f"that line (or the file) and try again"
+            )
+        records.append(record)
+    return records
+
+
+def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """A run's metrics.jsonl as training records and evaluation records."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise MinigptError(f"{run_dir} has no metrics.jsonl; plot reads run folders written by `minigpt train`")
+    records = metrics_records(path)
+    return {
+        "train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],
+        "eval": [r for r in records if r.get("eval")],
+    }

@@ -1,0 +1,158 @@
+"""The optimizers a run trains with, and their parameter groups.
+
+    adamw   AdamW for every parameter
+    muon    Muon (momentum, then each update orthogonalised by Newton-Schulz iterations) for the
+            weight matrices inside the blocks; AdamW for the tables, the head, gains and biases
+
+Decoupled weight decay applies to matrices only. Each parameter group that follows the schedule in
+proportion to AdamW's learning rate carries its own `peak_lr` (Muon's); the trainer sets `lr` on
+every group at each step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.optim._muon import _adjust_lr  # its learning-rate scale per matrix shape, not a copy of it
+
+from ..model.flops import muon_share
+from ..model.gpt import MiniGPT
+
+# optimizer = "auto" takes Muon while its orthogonalisations cost less than this share of the step's
+# forward and backward arithmetic. Measured side by side (scripts/bench.py, time to nanoGPT's
+# quality): at 4L/128 batch 64 (share 0.20) and 6L/384 context 256 batch 16 (0.31) Muon reaches it
+# first; at 4L/128 batch 16 (0.81) AdamW reaches it 1.3x sooner.
+MUON_MAX_SHARE = 0.5
+
+
+class BatchedMuon(torch.optim.Muon):
+    """torch.optim.Muon with the matrices of one shape stepped together: their momentum buffers
+    live in one stacked tensor (each parameter's state is a view of its row, so the state dict is
+    torch.optim.Muon's and checkpoints load into either), and each Newton-Schulz iteration is one
+    batched matmul over the stack instead of one small matmul per matrix. A model of N blocks has
+    four shapes (qkv, out, W1, W2), so a step runs four batched orthogonalisations, not 4N: at the
+    default shape the optimizer step took 14 ms instead of 29. Same algorithm and coefficients;
+    on this CPU the results are bitwise torch.optim.Muon's (tested within bf16 rounding, since a
+    batched kernel may sum in another order elsewhere)."""
+
+    def _stacks(self, group: dict) -> list[tuple[list[torch.Tensor], torch.Tensor, bool]]:
+        """(parameters, stacked momentum buffer, tall) per shape of the group's matrices with
+        gradients; a tall matrix is orthogonalised transposed, as Newton-Schulz works on the wide
+        side."""
+        by_shape: dict[tuple[int, int], list[torch.Tensor]] = {}
+        for p in group["params"]:
+            if p.grad is not None:
+                by_shape.setdefault((p.shape[0], p.shape[1]), []).append(p)
+        stacks = []
+        for (rows, columns), params in by_shape.items():
+            bufs = [self.state[p].get("momentum_buffer") for p in params]
+            stacked = bufs[0]._base if bufs[0] is not None else None
+            shared = stacked is not None and stacked.shape[0] == len(params)
+            shared = shared and all(b is not None and b._base is stacked for b in bufs)
+            shared = shared and all(b.data_ptr() == stacked[i].data_ptr() for i, b in enumerate(bufs))
+            if not shared:
+                # First step, or state loaded from a checkpoint (one tensor per parameter): stack it.
+                stacked = torch.stack(
+                    [b if b is not None else torch.zeros_like(p) for b, p in zip(bufs, params, strict=True)]
+                )
+                for i, p in enumerate(params):
+                    self.state[p]["momentum_buffer"] = stacked[i]
+            stacks.append((params, stacked, rows > columns))
+        return stacks
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, momentum, eps = float(group["lr"]), group["momentum"], group["eps"]
+            a, b, c = group["ns_coefficients"]
+            for params, buf, tall in self._stacks(group):
+                grads = torch.stack([p.grad for p in params])
+                buf.lerp_(grads, 1 - momentum)
+                update = grads.lerp_(buf, momentum) if group["nesterov"] else buf
+                x = update.bfloat16()
+                if tall:
+                    x = x.mT
+                x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)
+                for _ in range(group["ns_steps"]):
+                    gram = x @ x.mT
+                    x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+                if tall:
+                    x = x.mT
+                adjusted = _adjust_lr(lr, group["adjust_lr_fn"], params[0].shape)
+                torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
+                torch._foreach_add_(params, list(x.unbind(0)), alpha=-adjusted)
+        return loss
+
+
+def _adamw(params: list, cfg) -> torch.optim.AdamW:
+    """Weight decay on matrices (dim >= 2: linear weights, token and position tables) only;
+    biases and norm gains are not pulled towards zero."""
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2))
+
+
+class Optimizers:
+    """Several optimizers stepped, cleared, saved and restored as one (Muon beside AdamW)."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for optimizer in self.optimizers for group in optimizer.param_groups]
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [optimizer.state_dict() for optimizer in self.optimizers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for optimizer, saved in zip(self.optimizers, state["optimizers"], strict=True):
+            optimizer.load_state_dict(saved)
+
+
+def chosen_optimizer(model: MiniGPT, cfg) -> tuple[str, str | None]:
+    """`[train] optimizer` with `auto` settled: (adamw or muon, a note saying why, for auto). The
+    choice depends on the config alone (the global batch), so every rank and every resume makes it
+    the same."""
+    if cfg.optimizer != "auto":
+        return cfg.optimizer, None
+    tokens = cfg.batch_size * cfg.grad_accum * model.context
+    share = muon_share(model, tokens)
+    name = "muon" if share < MUON_MAX_SHARE else "adamw"
+    return name, (
+        f'optimizer = "auto": {name} (Muon\'s orthogonalisation would be {share:.0%} of the arithmetic of a '
+        f"{tokens:,}-token step; it is taken under {MUON_MAX_SHARE:.0%})"
+    )
+
+
+def make_optimizer(model: MiniGPT, cfg) -> torch.optim.Optimizer | Optimizers:
+    """`adamw`: AdamW for everything. `muon`: Muon (momentum, then each update orthogonalised by
+    Newton-Schulz iterations) for the weight matrices inside the blocks, whose updates it keeps
+    well spread across directions; AdamW for the two tables, the head, gains and biases. `auto`:
+    one of the two, as `chosen_optimizer` says."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if chosen_optimizer(model, cfg)[0] == "adamw":
+        return _adamw(params, cfg)
+    in_blocks = {id(p) for name, p in model.blocks.named_parameters() if p.dim() == 2}
+    matrices = [p for p in params if id(p) in in_blocks]
+    muon = BatchedMuon(
+        matrices, lr=cfg.muon_learning_rate, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw"
+    )
+    for group in muon.param_groups:
+        group["peak_lr"] = cfg.muon_learning_rate  # follows the schedule in proportion
+    return Optimizers(muon, _adamw([p for p in params if id(p) not in in_blocks], cfg))
