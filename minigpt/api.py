@@ -7,9 +7,14 @@
     run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
     run.trace("ROMEO:", scale={"0.attention": 0.0})     # a Comparison, as `trace --compare`
     run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
+    run.export("safetensors", "out/")                   # or "hf": a GPT-2 folder transformers loads
+    minigpt.api.import_hf("gpt2/", "runs/gpt2")         # a GPT-2 folder (or import_nanogpt) as a run
+    minigpt.api.metrics("runs/mine")                    # the metrics log: training and evaluation records
 
 Refusals are `MinigptError`s with the messages the command line prints (parameters named as the
-arguments here, where the command line names its flags); nothing here prints or exits. A method
+arguments here, where the command line names its flags); nothing here prints or exits. The command
+line stands on this module alone (and on the text and picture renderers of minigpt.inspection), so
+the errors a caller may catch are importable from here too. A method
 computes where `[train] device` says, on `[train] threads` threads: one for a single sample and for
 a trace when threads is 0, as the commands do, since their matmuls are too small to share.
 """
@@ -30,17 +35,44 @@ from .inspection import interventions as edits
 from .inspection.scoring import Scores, score
 from .inspection.trace import Comparison, Trace, parse_ids, prompt_ids, trace_position
 from .inspection.trace import compare as compare_passes
+from .interchange import convert
+from .interchange import export as exporting
 from .model.gpt import MiniGPT
+from .runs.folder import check_new_run
+from .runs.metrics import read_metrics
 from .runs.reading import load_model, reading_config
 from .sampling.generate import SampleResult, complete
 from .text.reading import read_text
 from .text.tokenizer import TextTokenizer
 from .training import distributed
+from .training.distributed import RankLost, RefusedElsewhere, speaks
 from .training.events import Listener
 from .training.listeners import CheckpointSaver, run_folder_listeners
-from .training.progress import TrainingProgress, preparation
+from .training.progress import TrainingProgress, preparation, task
 from .training.session import Session, TrainingSession
-from .training.trainer import DivergedError, Trainer, TrainResult, WriteFailed
+from .training.trainer import DivergedError, Trainer, TrainResult, WriteFailed, estimate_seconds
+
+__all__ = [
+    "Comparison",
+    "DivergedError",
+    "MinigptError",
+    "RankLost",
+    "RefusedElsewhere",
+    "Run",
+    "Scores",
+    "Trace",
+    "TrainResult",
+    "WriteFailed",
+    "estimate_seconds",
+    "export",
+    "import_hf",
+    "import_nanogpt",
+    "load",
+    "metrics",
+    "read_prompt",
+    "speaks",
+    "train",
+]
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
 SAMPLE_SETTINGS = tuple(f.name for f in fields(SampleConfig) if f.name != "prompt")
@@ -320,3 +352,86 @@ class Run:
                 f"(the first token has no prediction)"
             )
         return score(self.model, ids, len(text.encode("utf-8")), writable=self.tokenizer.vocab_size)
+
+    # ------------------------------------------------------------ exporting
+
+    def export(self, format: str, out: str | Path) -> list[Path]:
+        """The run's weights written to the folder `out` (new or empty): "safetensors" (minigpt's
+        names and a config.json) or "hf" (a GPT-2 folder transformers loads). Returns the files."""
+        exporting.check_export(format, Path(out))
+        return exporting.export(self.model, self.tokenizer, format=format, out=Path(out))
+
+
+def export(
+    path: str | Path | None = None,
+    *,
+    format: str,
+    out: str | Path,
+    checkpoint: str = "last",
+    config: str | Path | None = None,
+    set: Mapping[str, Any] | Sequence[str] = (),
+) -> list[Path]:
+    """`load(path, ...)` then `Run.export(format, out)`, with the format and the folder checked
+    before the model is read (a large one takes a while)."""
+    exporting.check_export(format, Path(out))
+    return load(path, checkpoint=checkpoint, config=config, set=set).export(format, out)
+
+
+# ---------------------------------------------------------------- models from elsewhere
+
+
+def import_hf(
+    folder: str | Path, out: str | Path, *, context: int | None = None, force: bool = False, progress: bool = True
+) -> convert.Imported:
+    """A Hugging Face GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, and its
+    tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
+    use like any other. `context` keeps the position table's first rows; `force` replaces what
+    `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
+    Returns what was imported (its [model] section, tokenizer and origin)."""
+    return _imported(
+        out, force, lambda bar: convert.read_hf_gpt2(Path(folder), context=context, progress=bar), progress
+    )
+
+
+def import_nanogpt(
+    path: str | Path,
+    out: str | Path,
+    *,
+    meta: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    context: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> convert.Imported:
+    """A nanoGPT checkpoint (its ckpt.pt, or the out folder holding it) as the run folder `out`:
+    with `meta` its char-level dataset's meta.pkl, with `tokenizer` a GPT-2 tokenizer folder for its
+    BPE checkpoints. The rest as `import_hf`."""
+
+    def read(bar) -> convert.Imported:
+        return convert.read_nanogpt(
+            Path(path),
+            meta=None if meta is None else Path(meta),
+            tokenizer_dir=None if tokenizer is None else Path(tokenizer),
+            context=context,
+            progress=bar,
+        )
+
+    return _imported(out, force, read, progress)
+
+
+def _imported(out: str | Path, force: bool, read: Callable, progress: bool) -> convert.Imported:
+    check_new_run(Path(out), force)  # before reading anything: a large checkpoint takes a while
+    imported = read(task if progress else convert.no_progress)
+    convert.write_run(imported, Path(out), force=force)
+    return imported
+
+
+def metrics(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """A run's metrics.jsonl: {"train": [...], "eval": [...]}, one dict per logged step and per
+    evaluation, as `minigpt plot` draws them."""
+    return read_metrics(Path(path))
+
+
+def read_prompt(path: str | Path) -> str:
+    """A prompt kept in a UTF-8 file (refused, saying why, when it cannot be read as text)."""
+    return read_text(path, "prompt file", "prompt_file")[0]

@@ -37,7 +37,9 @@ POINTS = {
     "tokenizer-fit": "text.corpus.load_corpus: the tokenizer is about to be fitted (no token cache entry)",
     "batch": "training.trainer.Trainer.train_step: a micro-batch has been drawn, before its forward pass",
     "eval": "training.trainer.evaluate: an evaluation begins",
-    "checkpoint-write": "runs.checkpoints.save_checkpoint: checkpoint.pt or best.pt is in its temporary file, not yet renamed",
+    "checkpoint-write": (
+        "runs.checkpoints.save_checkpoint: checkpoint.pt or best.pt is in its temporary file, not yet renamed"
+    ),
     "metrics-open": "training.listeners.MetricsLog: metrics.jsonl is about to be opened (rewritten first on resume)",
 }
 

@@ -1,6 +1,13 @@
-"""The package's shape, checked by reading its source: the import graph runs one way (commands ->
-train / generate / trace -> model -> config), no library module imports the command layer, and
-no library module prints to stdout, exits the process or reads sys.argv."""
+"""The package's shape, checked by reading its source. The layers, top to bottom, as the README's
+Layout states them:
+
+    cli -> commands -> explore -> api -> training | sampling | inspection | interchange
+        -> runs -> text -> model -> the base (config, errors, io, failpoints, device, memory)
+
+A library module imports its own subpackage and the layers below it, never one above (a peer of its
+layer only where PEERS says so); the command layer stands on the API alone (beside the base, the
+explore page's backend and the renderers of a trace and of curves); no module imports another in a
+cycle; and no library module prints to stdout, exits the process or reads sys.argv."""
 
 from __future__ import annotations
 
@@ -11,147 +18,121 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minigpt"
-LIBRARY = sorted(p for p in PACKAGE.glob("*.py") if p.stem not in ("cli", "__main__"))
+BASE = ("config", "errors", "io", "failpoints", "device", "memory")
+LAYERS = [
+    ("cli", "__main__", "__init__"),  # `python -m minigpt`, the console script and `import minigpt`
+    ("commands",),
+    ("explore",),
+    ("api",),
+    ("training", "sampling", "inspection", "interchange"),
+    ("runs",),
+    ("text",),
+    ("model",),
+    BASE,
+]
+LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
+PEERS = {("training", "sampling")}  # a run's samples while it trains
+WHOLE = {0, len(LAYERS) - 1}  # the top and the base are one layer each: their modules import each other
+# What the command layer may import besides the API: the base, the explore server's backend, and
+# the renderers that turn the API's results into text and pictures.
+COMMANDS_MAY_USE = {"api", "explore", "inspection.trace_text", "inspection.plot", *BASE}
 
-# What each library module may import from the package. Anything not listed is a new arrow in the
-# graph: add it here only if it keeps the graph one-way.
-ALLOWED = {
-    "__init__": {"api", "errors"},  # api lazily: `import minigpt` loads no torch
-    "errors": set(),
-    "io": set(),
-    "events": set(),
-    "failpoints": {"errors"},
-    "config": {"errors"},
-    "device": {"errors"},
-    "tokenizer": {"errors"},
-    "stages": set(),
-    "model": {"config", "errors", "stages"},
-    "fold": {"errors", "model"},
-    "chapter17": {"config", "errors", "model", "stages"},
-    "sources": {"errors"},
-    "token_cache": {"io"},
-    "text": {"errors", "token_cache", "tokenizer"},
-    "folders": {"config", "errors", "io", "sources", "text", "token_cache", "tokenizer"},
-    "data": {"config", "errors", "failpoints", "folders", "io", "model", "sources", "text", "token_cache", "tokenizer"},
-    "memory": {"config", "device", "errors"},
-    "run": {"config", "device", "errors", "events", "failpoints", "io", "memory", "model", "sources", "tokenizer"},
-    "convert": {"config", "errors", "export", "memory", "model", "run", "tokenizer"},
-    "generate": {"fold", "model", "onnx_window"},  # onnx_window lazily: only with runtime = "onnxruntime"
-    "onnx_window": {"errors", "model", "token_cache"},
-    "flops": {"model"},
-    "interventions": {"errors", "model", "stages"},
-    "scoring": {"model"},
-    "export": {"errors", "model", "tokenizer"},
-    "plot": {"errors", "io", "trace"},
-    "trace": {"errors", "interventions", "memory", "model", "stages", "tokenizer"},
-    "trace_text": {"errors", "stages", "trace"},
-    "explorer": {"api", "config", "device", "errors", "generate", "stages", "trace"},
-    "distributed": {"errors"},
-    "optimizers": {"flops", "model"},
-    "threads": {"device"},
-    "session": {
-        "config",
-        "data",
-        "device",
-        "distributed",
-        "errors",
-        "memory",
-        "model",
-        "optimizers",
-        "run",
-        "sources",
-        "threads",
-        "tokenizer",
-    },
-    "tensorboard": {"errors", "events"},
-    "trainer": {
-        "device",
-        "distributed",
-        "errors",
-        "events",
-        "failpoints",
-        "generate",
-        "model",
-        "run",
-        "session",
-        "tensorboard",
-        "threads",
-    },
-    "progress": {"events"},
-    "api": {
-        "config",
-        "data",
-        "device",
-        "distributed",
-        "errors",
-        "events",
-        "generate",
-        "interventions",
-        "model",
-        "progress",
-        "run",
-        "scoring",
-        "session",
-        "tensorboard",
-        "tokenizer",
-        "trace",
-        "trainer",
-    },
-}
+
+def module_name(path: Path) -> str:
+    """minigpt/text/corpus.py -> "text.corpus"; minigpt/model/__init__.py -> "model"."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
+
+
+def part_of(name: str) -> str:
+    """The layer entry a module belongs to: its subpackage, or its own name at the top."""
+    return name.split(".")[0]
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+LIBRARY = sorted((p for name, p in MODULES.items() if part_of(name) not in ("cli", "__main__", "commands")), key=str)
 
 
 def package_imports(path: Path) -> set[str]:
-    """The minigpt modules a file imports (relative or absolute), by their first name below minigpt."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names = set()
-    for node in ast.walk(tree):
+    """The minigpt modules a file imports, lazy ones too, as dotted names below minigpt ("text.corpus"):
+    the module itself where it is one, else the package its names come from."""
+    name = module_name(path)
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    if name == "__init__":
+        package = []
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:  # from .x import y / from . import x
-                names |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-            elif node.level == 0 and node.module and node.module.split(".")[0] == "minigpt":
-                parts = node.module.split(".")
-                names |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                origin = [*base, *(node.module.split(".") if node.module else [])]
+            elif node.module and node.module.split(".")[0] == "minigpt":
+                origin = node.module.split(".")[1:]
+            else:
+                continue
+            for alias in node.names:  # `from .text import corpus` imports the module text.corpus
+                candidate = ".".join([*origin, alias.name])
+                found.add(candidate if candidate in MODULES else ".".join(origin) or "__init__")
         elif isinstance(node, ast.Import):
-            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("minigpt.")}
-    return names
+            found |= {a.name.removeprefix("minigpt.") for a in node.names if a.name.startswith("minigpt.")}
+    return found - {name}
 
 
-@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
-def test_library_module_imports_only_what_lies_below_it(path):
-    assert path.stem in ALLOWED, f"new module {path.stem}: place it in the import graph (ALLOWED)"
-    imported = package_imports(path)
-    assert "commands" not in imported and "cli" not in imported
-    assert imported <= ALLOWED[path.stem], imported - ALLOWED[path.stem]
+@pytest.mark.parametrize("path", MODULES.values(), ids=list(MODULES))
+def test_every_import_goes_down_the_layers(path):
+    name = module_name(path)
+    if name == "__init__":  # `import minigpt`: the API, imported on first use, and the error type
+        assert package_imports(path) == {"api", "errors"}
+        return
+    assert part_of(name) in LEVEL, f"new module {name}: place it in a layer (LAYERS)"
+    for imported in package_imports(path):
+        here, there = part_of(name), part_of(imported)
+        assert there in LEVEL, f"{name} imports {imported}, which no layer holds"
+        if here == "commands" and there != "commands":
+            assert imported in COMMANDS_MAY_USE or there in COMMANDS_MAY_USE, f"{name} reaches past the API: {imported}"
+        elif here != there:
+            below = LEVEL[there] > LEVEL[here] or (here, there) in PEERS or LEVEL[here] == LEVEL[there] in WHOLE
+            assert below, f"{name} imports {imported}, which is not below it"
 
 
-def test_the_allowed_graph_has_no_cycle():
+def test_no_module_imports_another_in_a_cycle():
+    graph = {name: {m for m in package_imports(path) if m in MODULES} for name, path in MODULES.items()}
     done: set[str] = set()
 
     def visit(name: str, trail: tuple[str, ...]) -> None:
         assert name not in trail, " -> ".join(trail + (name,))
         if name not in done:
-            for below in ALLOWED[name]:
+            for below in graph[name]:
                 visit(below, trail + (name,))
             done.add(name)
 
-    for name in ALLOWED:
+    for name in graph:
         visit(name, ())
 
 
-def test_model_sits_above_config_only():
-    assert package_imports(PACKAGE / "model.py") == {"config", "errors", "stages"}
-    assert "model" in package_imports(PACKAGE / "trainer.py")
-    assert "model" in package_imports(PACKAGE / "generate.py")
-    assert "model" in package_imports(PACKAGE / "trace.py")
+def test_the_readme_states_the_layers_this_test_holds():
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    order = "cli -> commands -> explore -> api -> training | sampling | inspection | interchange"
+    assert order in " ".join(readme.split())
+    assert "-> runs -> text -> model -> the base" in " ".join(readme.split())
+
+
+def test_the_model_sits_on_the_base_alone():
+    for name, path in MODULES.items():
+        if part_of(name) == "model":
+            assert {part_of(m) for m in package_imports(path)} <= {"model", *BASE}, name
+    assert "model.gpt" in package_imports(MODULES["training.trainer"])
+    assert "model.gpt" in package_imports(MODULES["sampling.generate"])
 
 
 def test_commands_are_reached_only_from_the_cli():
-    assert "commands" in package_imports(PACKAGE / "cli.py")
-    for path in (PACKAGE / "commands").glob("*.py"):
-        assert "cli" not in package_imports(path), path.name
+    assert any(part_of(m) == "commands" for m in package_imports(MODULES["cli"]))
+    for name, path in MODULES.items():
+        if part_of(name) not in ("commands", "cli", "__main__"):  # __main__ runs the cli
+            assert not any(part_of(m) in ("commands", "cli") for m in package_imports(path)), name
 
 
-@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: module_name(p))
 def test_library_module_never_prints_exits_or_reads_argv(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
@@ -228,7 +209,7 @@ def _strings_outside_docstrings(tree: ast.AST) -> list[tuple[int, str]]:
     ]
 
 
-@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: module_name(p))
 def test_no_library_message_names_a_command_line_flag(path):
     """A library refusal speaks of the thing (the position, the key, the file); where it names a
     parameter it marks it with errors.option, which the command layer shows as the flag."""

@@ -208,7 +208,7 @@ def block_by_hand(block, x: torch.Tensor, causal: bool) -> torch.Tensor:
         scores = scores.masked_fill(future, float("-inf"))
     mixed = torch.softmax(scores, dim=-1) @ v
     residual1 = x + attention.out(mixed.transpose(1, 2).reshape(B, T, C))
-    return residual1 + block.ffn.project(block.ffn.hidden(block.norm2(residual1)))
+    return residual1 + block.ffn(block.norm2(residual1))
 
 
 def test_block_by_hand_with_the_mask_is_the_models_block():
@@ -562,7 +562,7 @@ def test_gelu_tanh_is_gpt2_s_approximation_and_not_the_exact_gelu():
             ffn.W1.bias.zero_()
             e0 = torch.zeros(1, SMALL["n_embd"], dtype=torch.float64)
             e0[0, 0] = 1.0
-            got = ffn.hidden(e0)[0, : len(x)].tolist()
+            got = ffn.activate(ffn.W1(e0))[0, : len(x)].tolist()
         assert max(abs(a - b) for a, b in zip(got, expected)) <= 1e-15
     assert abs(tanh[3] - 0.8411919906082768) <= 1e-15 and abs(exact[3] - 0.8413447460685429) <= 1e-15
 

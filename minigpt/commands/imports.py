@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import typer
 
-from ..interchange.convert import read_hf_gpt2, read_nanogpt, write_run
-from ..memory import parameter_count
-from ..runs.folder import check_new_run
-from ..training.progress import task
+from .. import api
 from .common import command_line, say, shown_path, user_errors
 from .options import ImportHfOptions, ImportNanogptOptions
 
 
 def main(o: ImportHfOptions | ImportNanogptOptions) -> None:
     with user_errors():
-        check_new_run(o.out, o.force)  # before reading anything: a large checkpoint takes a while
         if isinstance(o, ImportHfOptions):
-            imported = read_hf_gpt2(o.folder, context=o.context, progress=task)
+            imported = api.import_hf(o.folder, o.out, context=o.context, force=o.force)
         else:
-            imported = read_nanogpt(o.path, meta=o.meta, tokenizer_dir=o.tokenizer, context=o.context, progress=task)
-        write_run(imported, o.out, force=o.force)
+            imported = api.import_nanogpt(
+                o.path, o.out, meta=o.meta, tokenizer=o.tokenizer, context=o.context, force=o.force
+            )
     m, origin = imported.model, imported.origin
     padded = (
         f"; rows {imported.tokenizer_size:,}..{imported.vocab_size - 1:,} are padding, never sampled"
@@ -29,9 +26,8 @@ def main(o: ImportHfOptions | ImportNanogptOptions) -> None:
         else ""
     )
     cropped = f" (of its {origin['position_rows']:,})" if origin.get("position_rows", m.context) != m.context else ""
-    parameters = parameter_count(m, imported.vocab_size)
     say(
-        f"imported {origin['kind']} {origin['path']}: {parameters:,} parameters, {m.n_layer} blocks, "
+        f"imported {origin['kind']} {origin['path']}: {imported.parameters:,} parameters, {m.n_layer} blocks, "
         f"{m.n_head} heads, width {m.n_embd}, {m.activation}, context {m.context}{cropped}, "
         f"{imported.tokenizer_size:,} token ids{padded}"
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from .. import api
 from ..errors import MinigptError, option
 from ..inspection.plot import curves_figure, save_png, text_curves
-from ..runs.metrics import read_metrics
 from .common import shown_path, user_errors
 from .options import PlotOptions
 
@@ -18,7 +18,7 @@ def main(o: PlotOptions) -> None:
         names = [shown_path(run) for run in o.runs]
         if len(set(names)) < len(names):
             raise MinigptError("the same run is given twice; name each run once")
-        data = {name: read_metrics(run) for name, run in zip(names, o.runs)}
+        data = {name: api.metrics(run) for name, run in zip(names, o.runs)}
         if o.out is None:
             typer.echo(text_curves(data))
             return

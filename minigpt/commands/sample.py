@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from .. import api
 from ..errors import MinigptError, option
-from ..text.reading import read_text
 from .common import opened, user_errors
 from .options import SampleOptions, config_flags
 
@@ -27,7 +27,7 @@ def main(o: SampleOptions) -> None:
         if o.stop is not None:  # free text, taken as given rather than read as a TOML value
             settings["stop"] = o.stop
         prompt = (
-            read_text(o.prompt_file, "prompt file", "prompt_file")[0]
+            api.read_prompt(o.prompt_file)
             if o.prompt_file is not None
             else o.prompt
             if o.prompt is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..inspection.trace import Comparison
+from ..api import Comparison
 from ..inspection.trace_text import check_digits, render_comparison, render_text
 from .common import opened, user_errors
 from .options import TraceOptions

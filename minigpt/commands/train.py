@@ -16,11 +16,8 @@ from pathlib import Path
 import typer
 
 from .. import api
+from ..api import DivergedError, RankLost, RefusedElsewhere, WriteFailed, estimate_seconds
 from ..errors import MinigptError
-from ..runs.metrics import read_metrics
-from ..training import distributed
-from ..training.distributed import RankLost, RefusedElsewhere
-from ..training.trainer import DivergedError, WriteFailed, estimate_seconds
 from .common import command_line, say, shown_path, transient, user_errors
 from .options import TrainOptions
 
@@ -53,7 +50,7 @@ def _sigterm_interrupts():
 
 
 def _train(o: TrainOptions) -> None:
-    speaks = distributed.speaks()  # under torchrun only rank 0 talks to the user
+    speaks = api.speaks()  # under torchrun only rank 0 talks to the user
     quiet = o.quiet or not speaks
     try:
         result = api.train(
@@ -149,7 +146,7 @@ def sparkline(values: list[float]) -> str:
 def _val_curve(run_dir: Path) -> str:
     """The validation loss of every evaluation so far, as a sparkline (a curve without matplotlib)."""
     try:
-        evals = read_metrics(run_dir)["eval"]
+        evals = api.metrics(run_dir)["eval"]
     except MinigptError:
         return ""
     if len(evals) < 2:

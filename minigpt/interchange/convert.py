@@ -72,6 +72,10 @@ class Imported:
     def padded(self) -> bool:
         return self.tokenizer_size < self.vocab_size
 
+    @property
+    def parameters(self) -> int:
+        return parameter_count(self.model, self.vocab_size)
+
     def build(self) -> MiniGPT:
         """The model itself, in eval mode."""
         model = MiniGPT(self.model, self.vocab_size)

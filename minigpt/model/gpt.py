@@ -1,6 +1,4 @@
-"""model.gpt: carved from model.py (docstring to write)
-
-MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
+"""MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
 
     x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
     for block in blocks (pre-norm, chapter 17.5):
@@ -9,25 +7,16 @@ MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
         output = residual1 + ffn;  x = output
     logits = final_norm(x) W_head
 
-Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
-A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
-(the names come from stages.py); there is no second implementation for the trace to drift from, and
-none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
-forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
-computes the weights explicitly so they can be shown.
+Every submodule is called through nn.Module's `__call__`, once per use, so a forward hook or
+pre-hook a user (or nnsight, or any hook-based tool) registers on a block, its attention, a norm, a
+Linear or a table fires in training, trace, eval and sampling alike. A `Recorder` passed to
+`forward` records every named stage of this same pass as it is computed (the names come from
+stages.py); there is no second implementation for the trace to drift from, and none for sampling
+either: its speed-up is a transformation of the weights (fold.py) that this same forward runs.
 
 The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
-ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
-
-This forward is also sampling's inner loop: past the position table each new token is one pass of
-about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
-work is a tenth of the time. So inside the model each submodule is applied through its `forward`
-and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
-nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
-pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
-model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
-its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
-lookup is a Python call).
+ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape. Dropout
+is called only where it acts (in eval mode or at p = 0 it returns its input and draws nothing).
 """
 
 from __future__ import annotations
@@ -42,7 +31,7 @@ from ..config import ModelConfig
 from ..errors import MinigptError
 from . import stages
 from .cache import KVCache, LayerCache
-from .layers import CausalSelfAttention, FeedForward, linear, make_norm, residual
+from .layers import CausalSelfAttention, FeedForward, make_norm, residual
 from .recorder import Recorder
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -103,23 +92,20 @@ class Block(nn.Module):
         row goes on through the residual and the FFN, so T = 1 from `attention` on."""
         tap = recorder.record if recorder is not None else _untapped
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
-        feed = self.ffn
         if self.pre_norm:  # chapter 17.5
-            norm1 = tap(stages.NORM1, self.norm1.forward(x))  # [B, T, C]
-            attention = tap(stages.ATTENTION, self.attention.forward(norm1, recorder, cache, last_only))  # [B, T, C]
+            norm1 = tap(stages.NORM1, self.norm1(x))  # [B, T, C]
+            attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
             residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
-            norm2 = tap(stages.NORM2, self.norm2.forward(residual1))  # [B, T, C]
-            hidden = tap(stages.HIDDEN, feed.hidden(norm2))  # [B, T, F]
-            ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
+            norm2 = tap(stages.NORM2, self.norm2(residual1))  # [B, T, C]
+            ffn = tap(stages.FFN, self.ffn(norm2, recorder))  # [B, T, C]; records hidden [B, T, F]
             return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-        attention = tap(stages.ATTENTION, self.attention.forward(x, recorder, cache, last_only))  # [B, T, C]
+        attention = tap(stages.ATTENTION, self.attention(x, recorder, cache, last_only))  # [B, T, C]
         residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
-        norm1 = tap(stages.NORM1, self.norm1.forward(residual1))  # [B, T, C]
-        hidden = tap(stages.HIDDEN, feed.hidden(norm1))  # [B, T, F]
-        ffn = tap(stages.FFN, feed.project(hidden))  # [B, T, C]
+        norm1 = tap(stages.NORM1, self.norm1(residual1))  # [B, T, C]
+        ffn = tap(stages.FFN, self.ffn(norm1, recorder))  # [B, T, C]; records hidden [B, T, F]
         residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
-        norm2 = tap(stages.NORM2, self.norm2.forward(residual2))  # [B, T, C]
+        norm2 = tap(stages.NORM2, self.norm2(residual2))  # [B, T, C]
         return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
 
 
@@ -176,23 +162,21 @@ class MiniGPT(nn.Module):
         # A shape check, no host sync: the position table has no row past `context`.
         check_context(start + T, self.context, f"the sequence ({start} cached + {T} new)" if start else "the sequence")
         tap = recorder.record if recorder is not None else _untapped
-        # The position rows are a slice of the table: the same values (and gradient) as looking
-        # up arange(start, start + T), without building the indices.
-        tokens = F.embedding(ids, self.token_table.weight)  # E[ids]: [B, T, C]
-        x = tokens + self.position_table.weight[start : start + T]  # + P[start : start + T]: [T, C]
+        positions = torch.arange(start, start + T, device=ids.device)
+        x = self.token_table(ids) + self.position_table(positions)  # E[ids] + P[start : start + T]: [B, T, C]
         if self.training and self.cfg.dropout > 0:
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x = block.forward(
+            x = block(
                 x,
                 recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,
                 cache.layers[i] if cache is not None else None,
                 last_only and i == last,
             )
-        final = tap(stages.FINAL_NORM, self.final_norm.forward(x))  # [B, T or 1, C]
-        logits = tap(stages.LOGITS, linear(final, self.head))  # [B, T or 1, V]
+        final = tap(stages.FINAL_NORM, self.final_norm(x))  # [B, T or 1, C]
+        logits = tap(stages.LOGITS, self.head(final))  # [B, T or 1, V]
         loss = None
         if targets is not None:  # in float32 at least, whatever precision the matmuls ran in
             loss = F.cross_entropy(

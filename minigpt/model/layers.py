@@ -1,33 +1,11 @@
-"""model.layers: carved from model.py (docstring to write)
+"""The parts a block is built from, each an nn.Module called through `__call__` so that PyTorch's
+forward hooks (and pre-hooks) on it fire: the norms (chapter 17.3, and RMSNorm), causal multi-head
+attention, the position-wise FFN (chapter 17.4), and the residual add (chapter 17.2).
 
-MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
-
-    x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
-    for block in blocks (pre-norm, chapter 17.5):
-        norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
-        norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
-        output = residual1 + ffn;  x = output
-    logits = final_norm(x) W_head
-
-Row vectors throughout: a Linear stores W as [out, in], so `x @ W` in the chapter is `x @ weight.T`.
-A `Recorder` passed to `forward` records every named stage of this same pass as it is computed
-(the names come from stages.py); there is no second implementation for the trace to drift from, and
-none for sampling either: its speed-up is a transformation of the weights (fold.py) that this same
-forward runs. Without a recorder attention takes the fused scaled-dot-product kernel; with one it
-computes the weights explicitly so they can be shown.
-
-The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
-ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape.
-
-This forward is also sampling's inner loop: past the position table each new token is one pass of
-about sixty small ops (a millisecond at the default shape on one CPU thread), where Python's own
-work is a tenth of the time. So inside the model each submodule is applied through its `forward`
-and each matrix through `linear` (F.linear on the layer's own weight and bias) rather than through
-nn.Module.__call__, whose hook machinery costs about a microsecond a call and thirty-five calls a
-pass; hooks on submodules therefore do not fire (the Recorder is how a pass is tapped; hooks on the
-model itself still do). Dropout is called only where it acts (in eval mode or at p = 0 it returns
-its input and draws nothing), and each submodule is looked up once per pass (a module's attribute
-lookup is a Python call).
+Row vectors throughout: a Linear stores W as [out, in], so `x W` in the chapter is `x @ weight.T`.
+A `Recorder` handed to attention or the FFN records the stages computed inside them
+(`attention_weights`, `hidden`) as they are computed; without one, attention takes the fused
+scaled-dot-product kernel, with one it computes its weights explicitly so they can be shown.
 """
 
 from __future__ import annotations
@@ -96,15 +74,6 @@ def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
     return RMSNorm(cfg.n_embd, cfg.norm_eps, affine)
 
 
-def linear(x: Tensor, layer: nn.Linear) -> Tensor:
-    """x W + b with the layer's own weight and bias: what `layer(x)` computes, without nn.Module's
-    call machinery (see the module's docstring). The two are read from `_parameters`, the dict
-    nn.Module keeps them in: `layer.weight` reaches it only after Python's own attribute lookup has
-    failed, through nn.Module.__getattr__, which costs as much as a small op (34 reads a pass)."""
-    parameters = layer._parameters
-    return F.linear(x, parameters["weight"], parameters["bias"])
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head causal attention: project, split into heads, mask, softmax, mix values, join, W_O."""
 
@@ -123,7 +92,7 @@ class CausalSelfAttention(nn.Module):
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
         which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
-        qkv = linear(x, self.qkv)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
+        qkv = self.qkv(x)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
         # Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
         # of its third (one view and one permute, no copy)
         q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
@@ -159,7 +128,7 @@ class CausalSelfAttention(nn.Module):
         if recorder is not None:
             mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
         joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
-        attention = linear(joined, self.out)  # W_O: [B, T, C]
+        attention = self.out(joined)  # W_O: [B, T, C]
         return F.dropout(attention, p) if p > 0 else attention
 
 
@@ -189,8 +158,16 @@ class FeedForward(nn.Module):
         self.W2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.bias)
         self.dropout = cfg.dropout
 
-    def hidden(self, x: Tensor) -> Tensor:
-        pre = linear(x, self.W1)
+    def forward(self, x: Tensor, recorder: Recorder | None = None) -> Tensor:
+        """x: [B, T, C] -> ffn [B, T, C]; the recorder, if any, records (and may replace) `hidden`."""
+        hidden = self.activate(self.W1(x))  # [B, T, F]
+        if recorder is not None:
+            hidden = recorder.record(stages.HIDDEN, hidden)
+        ffn = self.W2(hidden)  # [B, T, C]
+        return F.dropout(ffn, self.dropout) if self.training and self.dropout > 0 else ffn
+
+    def activate(self, pre: Tensor) -> Tensor:
+        """hidden from W1's output: the non-linearity (SwiGLU: the gate times the value)."""
         if self.activation == "relu":
             return F.relu(pre, inplace=True)  # `pre` is W1's fresh output, read by nothing else
         if self.activation == "gelu":
@@ -199,7 +176,3 @@ class FeedForward(nn.Module):
             return F.gelu(pre, approximate="tanh")
         gate, value = pre.chunk(2, dim=-1)
         return F.silu(gate) * value
-
-    def project(self, hidden: Tensor) -> Tensor:
-        ffn = linear(hidden, self.W2)
-        return F.dropout(ffn, self.dropout) if self.training and self.dropout > 0 else ffn

@@ -1,18 +1,8 @@
-"""runs.checkpoints: carved from run.py (docstring to write)
+"""Checkpoint files: what a checkpoint holds, writing one atomically, and reading one back.
 
-The run folder: its layout, creating and replacing it, identity and resume checks, the metrics
-log, and loading its model for reading.
-
-    run/config.toml      the resolved config, exactly as used: a run describes itself
-    run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
-    run/checkpoint.pt    model, [model] section, optimizer, step, RNG states, hashes of config,
-                         tokenizer and corpus
-    run/best.pt          the model at its best validation loss so far (no optimizer state)
-    run/metrics.jsonl    one JSON object per logged step and per evaluation
-
-Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
-can hold tensors and plain values, never code. The model is always built from the [model] section
-stored in the checkpoint, never from a config that merely names the run.
+Checkpoints load with `weights_only=True`: a checkpoint can hold tensors and plain values, never
+code. The [model] section is stored with the weights, so a model is always built from what it was
+trained as, never from a config that merely names the run.
 """
 
 from __future__ import annotations

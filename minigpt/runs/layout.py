@@ -1,7 +1,4 @@
-"""runs.layout: carved from run.py (docstring to write)
-
-The run folder: its layout, creating and replacing it, identity and resume checks, the metrics
-log, and loading its model for reading.
+"""The run folder's layout: what `train` writes and every reading command reads back.
 
     run/config.toml      the resolved config, exactly as used: a run describes itself
     run/tokenizer.json   loads with tokenizers.Tokenizer.from_file
@@ -9,10 +6,9 @@ log, and loading its model for reading.
                          tokenizer and corpus
     run/best.pt          the model at its best validation loss so far (no optimizer state)
     run/metrics.jsonl    one JSON object per logged step and per evaluation
+    run/origin.json      where the starting weights came from (an import, a fine-tune's source)
 
-Every file is written atomically (io.py). Checkpoints load with `weights_only=True`: a checkpoint
-can hold tensors and plain values, never code. The model is always built from the [model] section
-stored in the checkpoint, never from a config that merely names the run.
+Every file is written atomically (io.py).
 """
 
 from __future__ import annotations
