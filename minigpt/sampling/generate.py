@@ -37,6 +37,7 @@ from torch import Tensor
 from ..model.cache import KVCache
 from ..model.fold import fold_norms, unfoldable
 from ..model.gpt import MiniGPT, check_context, check_token_ids
+from ..model.hooks import hooked
 
 # ----------------------------------------------------------------------------------------------
 # one step: scores -> distribution -> token
@@ -120,7 +121,9 @@ class Generation:
         self.temperature, self.top_k, self.top_p, self.greedy = temperature, top_k, top_p, greedy
         self.generator, self.use_cache, self.slide = generator, use_cache, slide
         self.stop_reason: str | None = None
-        self._foldable = fast_path and unfoldable(model) is None
+        # A model someone hooks is sampled as it is: its hooks see every pass (model/hooks.py).
+        self._hooked = hooked(model)
+        self._foldable = fast_path and not self._hooked and unfoldable(model) is None
         self._folded: MiniGPT | None = None
         self.runtime = runtime
         self._window_runtime = None  # onnx_window.WindowRuntime, built at the first full window
@@ -132,7 +135,7 @@ class Generation:
         if self._folded is None and self._foldable:
             self._folded = fold_norms(self.model)
         model = self.model if self._folded is None else self._folded
-        if self.runtime == "onnxruntime" and window.shape[1] == model.context:
+        if self.runtime == "onnxruntime" and window.shape[1] == model.context and not self._hooked:
             if self._window_runtime is None:
                 from .onnx_window import WindowRuntime  # the onnx extra: imported only when chosen
 

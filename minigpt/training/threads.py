@@ -1,9 +1,9 @@
 """How many CPU threads training uses when `[train] threads = 0`: chosen by timing, not assumed.
 
 A step on all cores waits, at every operation, for its slowest thread; when another program keeps
-one core busy, the thread sharing that core runs at half speed and the whole step with it: on 2
-cores, `minigpt train` fell to 29% of its quiet speed where one thread kept 85%. So before the
-first step, the session times one forward and backward pass at each candidate count (all cores,
+one core busy, the thread sharing that core runs at half speed and the whole step with it, so fewer
+threads can be faster than all of them (the README's Performance section has the figures). So
+before the first step, the session times one forward and backward pass at each candidate count (all cores,
 then fewer) and trains at the fastest; while it trains, the trainer watches its step times and
 times the candidates again when steps slow down (something else started) or, on fewer threads than
 cores, every minute (it may have stopped).
@@ -27,9 +27,8 @@ from ..device import autocast
 SLOWER = 1.4  # steps this much slower than when the count was chosen: time the candidates again
 RECHECK_S = 60.0  # on fewer threads than cores, time the candidates again this often
 WINDOW = 16  # steps whose median is compared
-# Tokens per timed pass (whole windows, at least one): enough work to split over the cores, a
-# fraction of a step. Counted in tokens, not windows: 16 windows of context 256 were a whole step of
-# 6L/384 (2.3 s), and the eight passes of a choice took 18 s before its first step.
+# Tokens per timed pass (whole windows, at least one): enough work to split over the cores, and a
+# fraction of a step at any context (a fixed number of windows would be a whole step at a long one).
 PROBE_TOKENS = 512
 ROUNDS = 3  # timed passes per candidate (the fastest counts: a pass is slowed, never sped up, by noise)
 
