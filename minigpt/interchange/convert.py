@@ -3,10 +3,11 @@ minigpt's [model] section, parameters under minigpt's names and a tokenizer (`Im
 `write_run` makes a run folder that every command reading a run loads like any other.
 
 GPT-2 is chapter 17's model: pre-norm LayerNorm blocks, learned absolute positions, a final
-LayerNorm and a vocabulary head. nanoGPT kept GPT-2's parameter names and computes the same, with
-nn.Linear's [out, in] layout where GPT-2's Conv1D stores [in, out], the exact GELU where GPT-2 uses
-its tanh approximation, and LayerNorm's epsilon fixed at 1e-5. Every setting either file can hold
-that changes what the model computes is mapped onto [model] or refused, naming the key; nothing is
+LayerNorm and a vocabulary head; its names and layouts are gpt2_layout.py's, the table the export
+reads too. nanoGPT kept GPT-2's parameter names and computes the same, with nn.Linear's [out, in]
+layout where GPT-2's Conv1D stores [in, out], the exact GELU where GPT-2 uses its tanh
+approximation, and LayerNorm's epsilon fixed at 1e-5. Every setting either file can hold that
+changes what the model computes is mapped onto [model] or refused, naming the key; nothing is
 guessed. Weights are copied exactly: transposed where the layout asks, half precision widened to
 float32 (which holds every half-precision value), the position table cropped only on request.
 
@@ -40,6 +41,7 @@ from ..model.gpt import MiniGPT
 from ..runs.checkpoints import state_payload
 from ..runs.folder import create_model_run
 from ..text.tokenizer import IMPORTED, TextTokenizer, byte_level_tokenizer, char_tokenizer
+from . import gpt2_layout as gpt2
 from .export import EXTRA
 
 # progress(label, total) -> a context giving advance(n): how a caller draws a bar (data.py's protocol).
@@ -85,23 +87,6 @@ class Imported:
 
 # ---------------------------------------------------------------- GPT-2's config.json
 
-# GPT2Config's attribute_map: a config.json may use either name.
-_ALIASES = {
-    "n_embd": "hidden_size",
-    "n_positions": "max_position_embeddings",
-    "n_head": "num_attention_heads",
-    "n_layer": "num_hidden_layers",
-}
-# transformers' activation names -> minigpt's. gelu_new, gelu_pytorch_tanh and gelu_python_tanh are
-# one formula (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))); gelu and gelu_python the exact one.
-_ACTIVATIONS = {
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_python_tanh": "gelu_tanh",
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "relu": "relu",
-}
 # Flags of GPT2Config that change what attention computes: minigpt computes the defaults only.
 _ATTENTION_FLAGS = {
     "scale_attn_weights": (True, "divides the attention scores by sqrt(d) when true"),
@@ -145,15 +130,17 @@ def _gpt2_settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
     """config.json -> the keyword arguments of ModelConfig (less context and dtype) and the vocab
     size, with GPT2Config's defaults for absent keys; what minigpt cannot compute is refused."""
     if "model_type" not in raw:
-        raise MinigptError(f'{where} has no model_type; minigpt imports GPT-2 folders (model_type = "gpt2") only')
-    if raw["model_type"] != "gpt2":
         raise MinigptError(
-            f'{where}: model_type = {_literal(raw["model_type"])} is not "gpt2"; minigpt computes GPT-2\'s '
-            f"architecture only, so it imports GPT-2 folders only"
+            f"{where} has no model_type; minigpt imports GPT-2 folders (model_type = {_literal(gpt2.MODEL_TYPE)}) only"
+        )
+    if raw["model_type"] != gpt2.MODEL_TYPE:
+        raise MinigptError(
+            f"{where}: model_type = {_literal(raw['model_type'])} is not {_literal(gpt2.MODEL_TYPE)}; minigpt "
+            f"computes GPT-2's architecture only, so it imports GPT-2 folders only"
         )
 
     def get(key: str, default: Any) -> Any:
-        alias = _ALIASES.get(key)
+        alias = gpt2.ALIASES.get(key)
         if key in raw and alias in raw and raw[key] != raw[alias]:
             raise MinigptError(
                 f"{where}: {key} = {_literal(raw[key])} and {alias} = {_literal(raw[alias])} disagree; "
@@ -161,40 +148,45 @@ def _gpt2_settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
             )
         return raw.get(key, raw.get(alias, default)) if alias else raw.get(key, default)
 
+    def setting(ours: str) -> tuple[str, Any]:
+        """GPT2Config's key for [model] key `ours`, and the file's value (GPT2Config's default where absent)."""
+        key, default = gpt2.SETTINGS[ours].key, gpt2.SETTINGS[ours].default
+        return key, get(key, default)
+
     for key, (default, what) in _ATTENTION_FLAGS.items():
         if _flag(where, key, get(key, default)) != default:
             raise MinigptError(
                 f"{where}: {key} = {_literal(not default)}: it {what}, which minigpt does not compute; "
                 f"only GPT-2 folders with {key} = {_literal(default)} can be imported"
             )
-    n_embd = _whole(where, "n_embd", get("n_embd", 768))
-    n_head = _whole(where, "n_head", get("n_head", 12))
+    n_embd, n_head = _whole(where, *setting("n_embd")), _whole(where, *setting("n_head"))
+    embd_key, head_key = gpt2.SETTINGS["n_embd"].key, gpt2.SETTINGS["n_head"].key
     if n_embd % n_head:
         raise MinigptError(
-            f"{where}: n_embd = {n_embd} is not divisible by n_head = {n_head}; every head reads an equal "
+            f"{where}: {embd_key} = {n_embd} is not divisible by {head_key} = {n_head}; every head reads an equal "
             f"share of the width, so this folder is not a model GPT-2 can be"
         )
-    inner = get("n_inner", None)
-    activation = get("activation_function", "gelu_new")
-    if activation not in _ACTIVATIONS:
+    inner_key, inner = setting("ffn_hidden")
+    activation_key, activation = setting("activation")
+    if activation not in gpt2.ACTIVATIONS:
         raise MinigptError(
-            f"{where}: activation_function = {_literal(activation)} is not one minigpt computes; "
-            f"it computes {', '.join(_ACTIVATIONS)}"
+            f"{where}: {activation_key} = {_literal(activation)} is not one minigpt computes; "
+            f"it computes {', '.join(gpt2.ACTIVATIONS)}"
         )
-    eps = get("layer_norm_epsilon", 1e-5)
+    eps_key, eps = setting("norm_eps")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        raise MinigptError(f"{where}: layer_norm_epsilon = {_literal(eps)} is not a positive number")
+        raise MinigptError(f"{where}: {eps_key} = {_literal(eps)} is not a positive number")
     return {
-        "n_layer": _whole(where, "n_layer", get("n_layer", 12)),
+        "n_layer": _whole(where, *setting("n_layer")),
         "n_head": n_head,
         "n_embd": n_embd,
-        "ffn_hidden": 4 * n_embd if inner is None else _whole(where, "n_inner", inner),  # GPT-2: None means 4C
+        "ffn_hidden": 4 * n_embd if inner is None else _whole(where, inner_key, inner),  # GPT-2: None means 4C
         "norm_eps": float(eps),
-        "activation": _ACTIVATIONS[activation],
-        "tie_embeddings": _flag(where, "tie_word_embeddings", get("tie_word_embeddings", True)),
+        "activation": gpt2.ACTIVATIONS[activation],
+        "tie_embeddings": _flag(where, *setting("tie_embeddings")),
         "bias": True,  # GPT-2 always has biases
-        "vocab_size": _whole(where, "vocab_size", get("vocab_size", 50257)),
-        "rows": _whole(where, "n_positions", get("n_positions", 1024)),
+        "vocab_size": _whole(where, *setting("vocab_size")),
+        "rows": _whole(where, *setting("context")),
     }
 
 
@@ -235,34 +227,6 @@ def _nanogpt_settings(args: Any, where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- weights
 
 
-def _minigpt_to_gpt2_names(n_layer: int) -> dict[str, str]:
-    """minigpt's parameter names -> GPT-2's (which nanoGPT kept), with the `transformer.` prefix."""
-    names = {
-        "token_table.weight": "transformer.wte.weight",
-        "position_table.weight": "transformer.wpe.weight",
-        "final_norm.weight": "transformer.ln_f.weight",
-        "final_norm.bias": "transformer.ln_f.bias",
-        "head.weight": "lm_head.weight",
-    }
-    pairs = (
-        ("norm1", "ln_1"),
-        ("attention.qkv", "attn.c_attn"),  # W_Q | W_K | W_V side by side in both
-        ("attention.out", "attn.c_proj"),
-        ("norm2", "ln_2"),
-        ("ffn.W1", "mlp.c_fc"),
-        ("ffn.W2", "mlp.c_proj"),
-    )
-    for i in range(n_layer):
-        for ours, theirs in pairs:
-            for kind in ("weight", "bias"):
-                names[f"blocks.{i}.{ours}.{kind}"] = f"transformer.h.{i}.{theirs}.{kind}"
-    return names
-
-
-# GPT-2's Conv1D stores [in, out]: these are transposed into nn.Linear's [out, in].
-_CONV1D = re.compile(r"blocks\.\d+\.(attention\.(qkv|out)|ffn\.W[12])\.weight")
-# The causal mask GPT-2 and nanoGPT (without flash attention) keep as a buffer: not a parameter.
-_MASK_BUFFER = re.compile(r"transformer\.h\.\d+\.attn\.(bias|masked_bias)")
 _HALF = {torch.float16, torch.bfloat16}  # widened to float32, which holds each of their values exactly
 
 
@@ -272,7 +236,7 @@ def _renamed(tensors: dict[str, Any], where: str, rename: Callable[[str], str]) 
     out: dict[str, tuple[str, Any]] = {}
     for name, tensor in tensors.items():
         canonical = rename(str(name))
-        if _MASK_BUFFER.fullmatch(canonical):
+        if gpt2.is_mask_buffer(canonical):
             continue
         if canonical in out:
             raise MinigptError(f"{where} holds both {out[canonical][0]} and {name}; the file is not one model")
@@ -315,11 +279,13 @@ def _minigpt_state(
     cfg.context rows. Any tensor missing, or left over, is refused."""
     with torch.device("meta"):  # minigpt's own names and shapes, without allocating them
         expected = {name: tuple(t.shape) for name, t in MiniGPT(cfg, vocab_size).state_dict().items()}
-    expected["position_table.weight"] = (rows, cfg.n_embd)  # cropped below, once read
-    theirs = {ours: name for ours, name in _minigpt_to_gpt2_names(cfg.n_layer).items() if ours in expected}
-    if cfg.tie_embeddings:
-        del theirs["head.weight"]  # the token table (an lm_head in the file was checked equal to it)
-    ignored = {"lm_head.weight"} if cfg.tie_embeddings else set()
+    expected[gpt2.POSITION_TABLE.ours] = (rows, cfg.n_embd)  # cropped below, once read
+    # a tied head is the token table (an lm_head in the file was checked equal to it)
+    layout = {
+        p.ours: p for p in gpt2.parameters(cfg.n_layer) if p.ours in expected and not (p.tied and cfg.tie_embeddings)
+    }
+    theirs = {ours: p.theirs for ours, p in layout.items()}
+    ignored = {gpt2.HEAD.theirs} if cfg.tie_embeddings else set()
     missing = [name for name in theirs.values() if name not in found]
     if missing:
         raise MinigptError(
@@ -336,7 +302,7 @@ def _minigpt_state(
     with progress("converting the weights", len(theirs)) as advance:
         for ours, name in theirs.items():
             shown, tensor = found[name]
-            flip = conv1d and _CONV1D.fullmatch(ours) is not None
+            flip = conv1d and layout[ours].conv1d
             shape = expected[ours][::-1] if flip else expected[ours]
             if tuple(tensor.shape) != shape:
                 raise MinigptError(
@@ -345,7 +311,7 @@ def _minigpt_state(
                 )
             if flip:
                 tensor = tensor.T
-            if ours == "position_table.weight":
+            if ours == gpt2.POSITION_TABLE.ours:
                 tensor = tensor[: cfg.context]  # --context: the first rows, as nanoGPT's crop_block_size
             owned = torch.empty(tensor.shape, dtype=dtype).copy_(tensor)  # contiguous, exact
             if not bool(torch.isfinite(owned).all()):
@@ -353,15 +319,15 @@ def _minigpt_state(
             state[ours] = owned
             advance(1)
     if cfg.tie_embeddings:
-        state["head.weight"] = state["token_table.weight"]  # one tensor, as MiniGPT ties them
+        state[gpt2.HEAD.ours] = state[gpt2.TOKEN_TABLE.ours]  # one tensor, as MiniGPT ties them
     return state
 
 
 def _tied(found: dict[str, tuple[str, Any]]) -> bool | None:
     """Whether the file's head is its token table: no lm_head, or one equal to wte; None when absent."""
-    if "transformer.wte.weight" not in found or "lm_head.weight" not in found:
-        return None if "lm_head.weight" in found else True
-    wte, head = found["transformer.wte.weight"][1], found["lm_head.weight"][1]
+    if gpt2.TOKEN_TABLE.theirs not in found or gpt2.HEAD.theirs not in found:
+        return None if gpt2.HEAD.theirs in found else True
+    wte, head = found[gpt2.TOKEN_TABLE.theirs][1], found[gpt2.HEAD.theirs][1]
     return isinstance(wte, torch.Tensor) and wte.shape == head.shape and bool(torch.equal(wte, head))
 
 
@@ -623,16 +589,12 @@ def read_hf_gpt2(folder: Path, context: int | None = None, progress: Progress = 
         advance(1)
     if not isinstance(raw, dict):
         raise MinigptError(f"{weights} holds a {type(raw).__name__}, not a dict of named tensors")
-    # GPT2LMHeadModel's names start with transformer. (its lm_head aside); GPT2Model's, and OpenAI's
-    # original upload's, do not: both are read.
-    found = _renamed(
-        raw, str(weights), lambda n: n if n.startswith("transformer.") or n == "lm_head.weight" else "transformer." + n
-    )
+    found = _renamed(raw, str(weights), gpt2.prefixed)  # GPT2LMHeadModel's names, or GPT2Model's
     where = str(weights)
     if settings["tie_embeddings"] and _tied(found) is False:
         raise MinigptError(
-            f"{where}: lm_head.weight differs from transformer.wte.weight, but config.json says "
-            f"tie_word_embeddings = true; the folder is inconsistent"
+            f"{where}: {gpt2.HEAD.theirs} differs from {gpt2.TOKEN_TABLE.theirs}, but config.json says "
+            f"{gpt2.SETTINGS['tie_embeddings'].key} = true; the folder is inconsistent"
         )
     cfg = _model_config(settings, crop, _model_dtype(found, where), str(folder / "config.json"))
     state = _minigpt_state(found, cfg, settings["vocab_size"], settings["rows"], True, where, progress)

@@ -5,8 +5,8 @@
                   PreTrainedTokenizerFast.from_pretrained load it
 
 GPT-2 is this model's family: pre-norm blocks with LayerNorm, learned absolute positions, a final
-LayerNorm, a vocabulary head. Its Conv1D layers store weights as [in, out], the transpose of a
-Linear; its c_attn is W_Q, W_K and W_V side by side, as minigpt's qkv. What GPT-2 cannot express
+LayerNorm, a vocabulary head. Its names and layouts (Conv1D's [in, out] weights, the tied head,
+the config keys) are gpt2_layout.py's, the table the import reads too. What GPT-2 cannot express
 (RMSNorm, post-norm, SwiGLU) is refused, naming the key. Without biases, GPT-2's are exported as
 zeros, which computes the same.
 """
@@ -16,16 +16,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..errors import MinigptError, option
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
+from . import gpt2_layout as gpt2
 
 EXTRA = 'pip install "minigpt[export]"  (safetensors, transformers)'
-# transformers' names: "gelu" is the exact (erf) GELU, "gelu_new" GPT-2's tanh approximation.
-GPT2_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
 
 
 def _safetensors():
@@ -57,50 +57,31 @@ def gpt2_refusal(model: MiniGPT) -> str | None:
         return f"[model] norm = {cfg.norm!r}: GPT-2 has LayerNorm only"
     if cfg.norm_position != "pre":
         return f"[model] norm_position = {cfg.norm_position!r}: GPT-2 is pre-norm"
-    if cfg.activation not in GPT2_ACTIVATIONS:
+    if cfg.activation not in gpt2.EXPORTED_ACTIVATIONS:
         return f"[model] activation = {cfg.activation!r}: GPT-2's MLP has no gate"
     return None
 
 
 def gpt2_state(model: MiniGPT) -> dict[str, torch.Tensor]:
-    """minigpt's parameters under GPT-2's names and layouts."""
-
-    def t(x: torch.Tensor) -> torch.Tensor:
-        return x.detach().float().contiguous().clone()
-
-    def bias(linear) -> torch.Tensor:
-        return t(linear.bias) if linear.bias is not None else torch.zeros(linear.out_features)
-
-    def norm_bias(norm) -> torch.Tensor:
-        return t(norm.bias) if norm.bias is not None else torch.zeros_like(t(norm.weight))
-
-    state = {
-        "transformer.wte.weight": t(model.token_table.weight),
-        "transformer.wpe.weight": t(model.position_table.weight),
-        "transformer.ln_f.weight": t(model.final_norm.weight),
-        "transformer.ln_f.bias": norm_bias(model.final_norm),
-    }
-    for i, block in enumerate(model.blocks):
-        p = f"transformer.h.{i}."
-        state.update(
-            {
-                p + "ln_1.weight": t(block.norm1.weight),
-                p + "ln_1.bias": norm_bias(block.norm1),
-                p + "attn.c_attn.weight": t(block.attention.qkv.weight.T),
-                p + "attn.c_attn.bias": bias(block.attention.qkv),
-                p + "attn.c_proj.weight": t(block.attention.out.weight.T),
-                p + "attn.c_proj.bias": bias(block.attention.out),
-                p + "ln_2.weight": t(block.norm2.weight),
-                p + "ln_2.bias": norm_bias(block.norm2),
-                p + "mlp.c_fc.weight": t(block.ffn.W1.weight.T),
-                p + "mlp.c_fc.bias": bias(block.ffn.W1),
-                p + "mlp.c_proj.weight": t(block.ffn.W2.weight.T),
-                p + "mlp.c_proj.bias": bias(block.ffn.W2),
-            }
-        )
-    if not model.cfg.tie_embeddings:
-        state["lm_head.weight"] = t(model.head.weight)
+    """minigpt's parameters under GPT-2's names and layouts (gpt2_layout.py)."""
+    ours = model.state_dict()
+    state = {}
+    for parameter in gpt2.parameters(model.cfg.n_layer):
+        if parameter.tied and model.cfg.tie_embeddings:
+            continue
+        if parameter.bias_of and parameter.ours not in ours:  # zeros compute what no bias does
+            tensor = torch.zeros(ours[parameter.bias_of].shape[0])
+        else:
+            tensor = ours[parameter.ours].T if parameter.conv1d else ours[parameter.ours]
+        state[parameter.theirs] = tensor.detach().float().contiguous().clone()
     return state
+
+
+def gpt2_config(model: MiniGPT) -> dict[str, Any]:
+    """The model's settings under GPT2Config's keys."""
+    values = {**asdict(model.cfg), "vocab_size": model.vocab_size}
+    values["activation"] = gpt2.EXPORTED_ACTIVATIONS[model.cfg.activation]
+    return {setting.key: values[ours] for ours, setting in gpt2.SETTINGS.items()}
 
 
 def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]:
@@ -117,19 +98,11 @@ def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]
         out / "config.json",
         {
             "architectures": ["GPT2LMHeadModel"],
-            "model_type": "gpt2",
-            "vocab_size": model.vocab_size,
-            "n_positions": cfg.context,
-            "n_embd": cfg.n_embd,
-            "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head,
-            "n_inner": cfg.ffn_hidden,
-            "activation_function": GPT2_ACTIVATIONS[cfg.activation],
-            "layer_norm_epsilon": cfg.norm_eps,
+            "model_type": gpt2.MODEL_TYPE,
+            **gpt2_config(model),
             "resid_pdrop": 0.0,
             "embd_pdrop": 0.0,
             "attn_pdrop": 0.0,
-            "tie_word_embeddings": cfg.tie_embeddings,
             "bos_token_id": None,
             "eos_token_id": None,
             "torch_dtype": "float32",

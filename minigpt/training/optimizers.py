@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.optim._muon import _adjust_lr  # its learning-rate scale per matrix shape, not a copy of it
 
 from ..model.flops import muon_share
 from ..model.gpt import MiniGPT
+from .torch_private import muon_lr
 
 # optimizer = "auto" takes Muon while its orthogonalisations cost less than this share of the step's
 # forward and backward arithmetic. Measured side by side (scripts/bench.py, time to nanoGPT's
@@ -36,7 +36,13 @@ class BatchedMuon(torch.optim.Muon):
     on this CPU the results are bitwise torch.optim.Muon's (tested within bf16 rounding, since a
     batched kernel may sum in another order elsewhere)."""
 
-    def _stacks(self, group: dict) -> list[tuple[list[torch.Tensor], torch.Tensor, bool]]:
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # (group index, rows, columns) -> the stack last made for that shape: the state's buffers
+        # are its rows until a checkpoint is loaded or a matrix misses its gradient for a step
+        self._momentum_stacks: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    def _stacks(self, index: int, group: dict) -> list[tuple[list[torch.Tensor], torch.Tensor, bool]]:
         """(parameters, stacked momentum buffer, tall) per shape of the group's matrices with
         gradients; a tall matrix is orthogonalised transposed, as Newton-Schulz works on the wide
         side."""
@@ -47,10 +53,9 @@ class BatchedMuon(torch.optim.Muon):
         stacks = []
         for (rows, columns), params in by_shape.items():
             bufs = [self.state[p].get("momentum_buffer") for p in params]
-            stacked = bufs[0]._base if bufs[0] is not None else None
+            stacked = self._momentum_stacks.get((index, rows, columns))
             shared = stacked is not None and stacked.shape[0] == len(params)
-            shared = shared and all(b is not None and b._base is stacked for b in bufs)
-            shared = shared and all(b.data_ptr() == stacked[i].data_ptr() for i, b in enumerate(bufs))
+            shared = shared and all(b is not None and b.data_ptr() == stacked[i].data_ptr() for i, b in enumerate(bufs))
             if not shared:
                 # First step, or state loaded from a checkpoint (one tensor per parameter): stack it.
                 stacked = torch.stack(
@@ -58,6 +63,7 @@ class BatchedMuon(torch.optim.Muon):
                 )
                 for i, p in enumerate(params):
                     self.state[p]["momentum_buffer"] = stacked[i]
+                self._momentum_stacks[(index, rows, columns)] = stacked
             stacks.append((params, stacked, rows > columns))
         return stacks
 
@@ -67,10 +73,10 @@ class BatchedMuon(torch.optim.Muon):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             lr, momentum, eps = float(group["lr"]), group["momentum"], group["eps"]
             a, b, c = group["ns_coefficients"]
-            for params, buf, tall in self._stacks(group):
+            for params, buf, tall in self._stacks(index, group):
                 grads = torch.stack([p.grad for p in params])
                 buf.lerp_(grads, 1 - momentum)
                 update = grads.lerp_(buf, momentum) if group["nesterov"] else buf
@@ -83,7 +89,7 @@ class BatchedMuon(torch.optim.Muon):
                     x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
                 if tall:
                     x = x.mT
-                adjusted = _adjust_lr(lr, group["adjust_lr_fn"], params[0].shape)
+                adjusted = muon_lr(lr, group["adjust_lr_fn"], params[0].shape)
                 torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
                 torch._foreach_add_(params, list(x.unbind(0)), alpha=-adjusted)
         return loss
