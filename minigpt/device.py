@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .errors import MinigptError
+from .torch_private import cpu_flags
 
 
 def pick_device(name: str) -> str:
@@ -75,9 +76,8 @@ def native_bfloat16(device: str) -> bool:
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device != "cpu":
         return False
-    capability = getattr(torch._C._cpu, "_get_cpu_capability", None)  # private, so guarded
-    if capability is not None:
-        flags = capability()
+    flags = cpu_flags()
+    if flags is not None:
         return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

@@ -2,7 +2,7 @@
 Layout states them:
 
     cli -> commands -> explore -> api -> training | sampling | inspection | interchange
-        -> runs -> text -> model -> the base (config, errors, io, failpoints, device, memory)
+        -> runs -> text -> model -> the base (config, errors, io, failpoints, device, memory, torch_private)
 
 A library module imports its own subpackage and the layers below it, never one above (a peer of its
 layer only where PEERS says so); the command layer stands on the API alone (beside the base, the
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minigpt"
-BASE = ("config", "errors", "io", "failpoints", "device", "memory")
+BASE = ("config", "errors", "io", "failpoints", "device", "memory", "torch_private")
 LAYERS = [
     ("cli", "__main__", "__init__"),  # `python -m minigpt`, the console script and `import minigpt`
     ("commands",),

@@ -1,10 +1,10 @@
-"""torch_private.py: the one private function of torch minigpt calls, torch.optim._muon._adjust_lr,
-checked against the formulas torch.optim.Muon's docstring gives, so that a torch which changes its
-signature or its results fails here, by name, rather than as a BatchedMuon that drifts."""
+"""torch_private.py: the private parts of torch minigpt reads, each checked here so that a torch
+which changes one fails by name, rather than as a BatchedMuon that drifts, a wrong precision
+choice, or hooks sampling never sees: torch.optim._muon._adjust_lr against the formulas
+torch.optim.Muon's docstring gives, the CPU flags, and nn.Module's hook dicts."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 import sys
@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from minigpt.training import torch_private
+from minigpt import torch_private
 
 PRIVATE = f"torch.optim._muon._adjust_lr (torch {torch.__version__})"
 # tall, wide, square, GPT-2 small's W1, a single row
@@ -29,13 +29,13 @@ def documented(lr: float, adjust_lr_fn: str | None, rows: int, columns: int) -> 
 
 
 def test_the_private_function_takes_what_minigpt_passes():
-    assert hasattr(torch_private, "_adjust_lr"), f"{PRIVATE} is gone; minigpt.training.torch_private needs another way"
+    from torch.optim import _muon
+
+    assert hasattr(_muon, "_adjust_lr"), f"{PRIVATE} is gone; minigpt.torch_private needs another way"
     try:
-        inspect.signature(torch_private._adjust_lr).bind(0.02, "original", torch.Size([4, 8]))
+        inspect.signature(_muon._adjust_lr).bind(0.02, "original", torch.Size([4, 8]))
     except TypeError as exc:
-        pytest.fail(
-            f"{PRIVATE} no longer takes (lr, adjust_lr_fn, shape): {exc}; update minigpt.training.torch_private"
-        )
+        pytest.fail(f"{PRIVATE} no longer takes (lr, adjust_lr_fn, shape): {exc}; update minigpt.torch_private")
 
 
 @pytest.mark.parametrize("adjust_lr_fn", [None, "original", "match_rms_adamw"])
@@ -45,13 +45,33 @@ def test_its_scale_is_the_one_torch_documents(adjust_lr_fn):
         expected = documented(0.02, adjust_lr_fn, rows, columns)
         assert got == pytest.approx(expected, rel=1e-12), (
             f"{PRIVATE} scales a {rows}x{columns} matrix's lr 0.02 with adjust_lr_fn={adjust_lr_fn!r} to {got}, "
-            f"not the documented {expected}; update minigpt.training.torch_private"
+            f"not the documented {expected}; update minigpt.torch_private"
         )
 
 
-def test_a_torch_without_it_is_refused_at_import_naming_it_and_the_version(monkeypatch):
+def test_a_torch_without_it_is_refused_naming_it_and_the_version(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.optim._muon", types.ModuleType("torch.optim._muon"))
-    spec = importlib.util.spec_from_file_location("torch_private_probe", torch_private.__file__)
     with pytest.raises(ImportError) as refused:
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        torch_private.muon_lr(0.02, None, torch.Size([4, 8]))
     assert f"torch.optim._muon._adjust_lr, which torch {torch.__version__} does not have" in str(refused.value)
+
+
+def test_the_cpu_flags_say_whether_bfloat16_is_native():
+    flags = torch_private.cpu_flags()
+    assert flags is not None, f"{torch_private.CPU_CAPABILITY} is gone in torch {torch.__version__}"
+    assert isinstance(flags.get("avx512_bf16"), bool) and isinstance(flags.get("amx_bf16"), bool), (
+        f"{torch_private.CPU_CAPABILITY} no longer names avx512_bf16 and amx_bf16: {sorted(flags)}"
+    )
+
+
+def test_the_hook_dicts_are_where_minigpt_reads_them():
+    for name in torch_private.MODULE_HOOKS:
+        assert isinstance(getattr(torch.nn.Linear(2, 2), name, None), dict), f"torch.nn.Module.{name} is gone"
+    for name in torch_private.GLOBAL_HOOKS:
+        found = getattr(torch.nn.modules.module, name, None)
+        assert isinstance(found, dict), f"torch.nn.modules.module.{name} is gone"
+    layer = torch.nn.Linear(2, 2)
+    handle = layer.register_forward_hook(lambda *a: None)
+    assert torch_private.has_forward_hooks(layer)
+    handle.remove()
+    assert not torch_private.has_forward_hooks(layer) and not torch_private.has_global_forward_hooks()

@@ -17,7 +17,7 @@ import torch
 
 from ..model.flops import muon_share
 from ..model.gpt import MiniGPT
-from .torch_private import muon_lr
+from ..torch_private import muon_lr
 
 # optimizer = "auto" takes Muon while its orthogonalisations cost less than this share of the step's
 # forward and backward arithmetic. Measured side by side (scripts/bench.py, time to nanoGPT's
