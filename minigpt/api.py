@@ -37,6 +37,7 @@ from .inspection.trace import Comparison, Trace, parse_ids, prompt_ids, trace_po
 from .inspection.trace import compare as compare_passes
 from .interchange import convert
 from .interchange import export as exporting
+from .io import no_progress
 from .model.gpt import MiniGPT
 from .runs.folder import check_new_run
 from .runs.metrics import read_metrics
@@ -421,7 +422,7 @@ def import_nanogpt(
 
 def _imported(out: str | Path, force: bool, read: Callable, progress: bool) -> convert.Imported:
     check_new_run(Path(out), force)  # before reading anything: a large checkpoint takes a while
-    imported = read(task if progress else convert.no_progress)
+    imported = read(task if progress else no_progress)
     convert.write_run(imported, Path(out), force=force)
     return imported
 

@@ -1,18 +1,42 @@
-"""Atomic writes: a file is written under a temporary name in its own folder and renamed into place,
-so a crash mid-write leaves the previous version intact and a reader never sees half a file.
-
+"""Files. Atomic writes: a file is written under a temporary name in its own folder and renamed into
+place, so a crash mid-write leaves the previous version intact and a reader never sees half a file.
 Used by the run folder (config, tokenizer, checkpoint, metrics) and by the token cache; a whole
 folder (an imported run) is written the same way, under a temporary name beside it.
+
+And reading: a file's sha256 in pieces (a checkpoint of gigabytes is never held whole), with the
+progress protocol every slow read follows, `progress(label, total)`: a context that gives
+`advance(n)`, as a progress bar does; `no_progress` where nobody watches.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
+
+# progress(label, total[, unit]) -> a context giving advance(n)
+Progress = Callable[..., AbstractContextManager[Callable[[int], None]]]
+
+
+@contextmanager
+def no_progress(label: str, total: int, unit: str = "") -> Iterator[Callable[[int], None]]:
+    """The progress of a step nobody watches."""
+    yield lambda n: None
+
+
+def file_sha256(path: Path, progress: Progress = no_progress) -> str:
+    """The sha256 of a file's bytes, read a few MB at a time, `progress` told of each piece."""
+    digest = hashlib.sha256()
+    with progress(f"hashing {Path(path).name}", Path(path).stat().st_size) as advance, open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+            advance(len(chunk))
+    return digest.hexdigest()
 
 
 def _umask() -> int:

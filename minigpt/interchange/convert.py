@@ -18,15 +18,13 @@ class or function at all, so only dicts, lists, strings and integers come out of
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import pickle
 import re
 import warnings
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from tokenizers import AddedToken, Tokenizer, models
 
 from ..config import Config, ModelConfig, SampleConfig, TokenizerConfig, TrainConfig, model_config_from
 from ..errors import MinigptError, option
+from ..io import Progress, file_sha256, no_progress
 from ..memory import DTYPE_BYTES, MARGIN, check_memory, parameter_count
 from ..model.gpt import MiniGPT
 from ..runs.checkpoints import state_payload
@@ -44,19 +43,11 @@ from ..text.tokenizer import IMPORTED, TextTokenizer, byte_level_tokenizer, char
 from . import gpt2_layout as gpt2
 from .export import EXTRA
 
-# progress(label, total) -> a context giving advance(n): how a caller draws a bar (data.py's protocol).
-Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
-
 # nanoGPT pads GPT-2's 50,257 ids to 50,304 rows (a multiple of 64, for the GPU's sake), others to
 # a multiple of 128: fewer ids than rows by less than this is padding; by more, another tokenizer.
 MOST_PADDING = 128
 
 EOT = "<|endoftext|>"  # GPT-2's one special token, its last id (50,256)
-
-
-@contextmanager
-def no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
-    yield lambda n: None
 
 
 @dataclass
@@ -331,15 +322,6 @@ def _tied(found: dict[str, tuple[str, Any]]) -> bool | None:
     return isinstance(wte, torch.Tensor) and wte.shape == head.shape and bool(torch.equal(wte, head))
 
 
-def _sha256(path: Path, progress: Progress) -> str:
-    digest = hashlib.sha256()
-    with progress(f"hashing {path.name}", path.stat().st_size) as advance, open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-            advance(len(chunk))
-    return digest.hexdigest()
-
-
 def import_bytes(cfg: ModelConfig, vocab_size: int, file_bytes: int = 0) -> int:
     """About what an import holds at once: the file's tensors when they are read into memory
     (`file_bytes`; a mapped file needs none), minigpt's copy of them, and that copy serialised in
@@ -583,7 +565,7 @@ def read_hf_gpt2(folder: Path, context: int | None = None, progress: Progress = 
     # Before a tensor is read: the file's tensors are read whole, then copied.
     wide = _model_config(settings, settings["rows"], "float32", str(folder / "config.json"))
     _check_room(wide, settings["vocab_size"], weights.stat().st_size)
-    sha = _sha256(weights, progress)
+    sha = file_sha256(weights, progress)
     with progress(f"reading {weights.name}", 1) as advance:
         raw = _safetensors_load(weights) if weights.suffix == ".safetensors" else _torch_load(weights, "a GPT-2 file")
         advance(1)
@@ -641,7 +623,7 @@ def read_nanogpt(
         )
     tokenizer = read_meta(meta) if meta is not None else read_gpt2_tokenizer(Path(tokenizer_dir))[0]
     mapped = zipfile.is_zipfile(path)  # an old-format file is read whole, not mapped
-    sha = _sha256(path, progress)
+    sha = file_sha256(path, progress)
     with progress(f"reading {path.name}", 1) as advance:
         payload = _torch_load(path, "a nanoGPT checkpoint")
         advance(1)

@@ -13,8 +13,7 @@ the training split and its tail into the validation split, an end-of-text token 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,9 +23,9 @@ import torch
 from .. import failpoints
 from ..config import Config
 from ..errors import MinigptError
-from ..io import atomic_write, atomic_write_text
+from ..io import Progress, atomic_write, atomic_write_text, no_progress
 from ..model.gpt import check_token_ids
-from .folders import Progress, load_files, not_rank_0s
+from .folders import load_files, not_rank_0s
 from .reading import check_writable, encode, read_text, split_text
 from .sources import TextFile, digest, list_files
 from .token_cache import CACHE_FORMAT, bounds, cache_root, entry
@@ -72,15 +71,10 @@ class Corpus:
         return [(d.name, d.sha256) for d in self.documents]
 
 
-@contextmanager
-def _no_progress(label: str, total: int, unit: str = "char") -> Iterator[Callable[[int], None]]:
-    yield lambda n: None
-
-
 def load_corpus(
     cfg: Config,
     on_status: Callable[[str], None] = lambda message: None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
     tokenizer: TextTokenizer | None = None,
     same_as: list[tuple[str, str]] | None = None,
 ) -> Corpus:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +28,11 @@ import numpy as np
 
 from ..config import Config
 from ..errors import MinigptError, option
-from ..io import atomic_write, atomic_write_text
+from ..io import Progress, atomic_write, atomic_write_text
 from .reading import check_writable, encode, read_text, split_text
 from .sources import Listing, TextFile, first_difference
 from .token_cache import CACHE_FORMAT, entry, id_dtype, read_ids, write_npy
 from .tokenizer import END_OF_TEXT, TextTokenizer, line_chunks, train_tokenizer
-
-# progress(label, total, unit="file") -> a context giving advance(n) (see data.load_corpus)
-Progress = Callable[..., ContextManager[Callable[[int], None]]]
 
 
 @dataclass

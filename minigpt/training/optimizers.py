@@ -20,9 +20,8 @@ from ..model.gpt import MiniGPT
 from ..torch_private import muon_lr
 
 # optimizer = "auto" takes Muon while its orthogonalisations cost less than this share of the step's
-# forward and backward arithmetic. Measured side by side (scripts/bench.py, time to nanoGPT's
-# quality): at 4L/128 batch 64 (share 0.20) and 6L/384 context 256 batch 16 (0.31) Muon reaches it
-# first; at 4L/128 batch 16 (0.81) AdamW reaches it 1.3x sooner.
+# forward and backward arithmetic: where they cost more, AdamW's cheaper steps reach a given loss
+# sooner in wall time (the README's Performance section has the measurements this rests on).
 MUON_MAX_SHARE = 0.5
 
 
@@ -31,10 +30,10 @@ class BatchedMuon(torch.optim.Muon):
     live in one stacked tensor (each parameter's state is a view of its row, so the state dict is
     torch.optim.Muon's and checkpoints load into either), and each Newton-Schulz iteration is one
     batched matmul over the stack instead of one small matmul per matrix. A model of N blocks has
-    four shapes (qkv, out, W1, W2), so a step runs four batched orthogonalisations, not 4N: at the
-    default shape the optimizer step took 14 ms instead of 29. Same algorithm and coefficients;
-    on this CPU the results are bitwise torch.optim.Muon's (tested within bf16 rounding, since a
-    batched kernel may sum in another order elsewhere)."""
+    four shapes (qkv, out, W1, W2), so a step runs four batched orthogonalisations, not 4N, and
+    Python's per-matrix work goes with them. Same algorithm and coefficients; the results equal
+    torch.optim.Muon's within bf16 rounding (tests/test_muon.py), since a batched kernel may sum in
+    another order than one matrix at a time."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

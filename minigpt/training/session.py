@@ -19,7 +19,6 @@ resumed run on the CPU in float32 ends with bitwise identical weights.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
@@ -35,6 +34,7 @@ from .. import memory
 from ..config import Config, ModelConfig, TokenizerConfig
 from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
 from ..errors import MinigptError, option
+from ..io import file_sha256
 from ..model.gpt import MiniGPT, check_context
 from ..runs import checkpoints, folder, identity, layout, reading
 from ..runs.lock import RunLock
@@ -349,7 +349,9 @@ def _prepare(
         cfg = fine_tune_config(cfg, source.model_config, settings)
         tokenizer = source.tokenizer
         if not resume:
-            origin = Origin(str(Path(cfg.train.init_from).resolve()), cfg.train.init_checkpoint, _sha256(source.path))
+            origin = Origin(
+                str(Path(cfg.train.init_from).resolve()), cfg.train.init_checkpoint, file_sha256(source.path)
+            )
             weights = source.payload["model"]
     tc = cfg.train
     if payload is not None:
@@ -431,14 +433,6 @@ def fine_tune_config(cfg: Config, model: ModelConfig, tokenizer: TokenizerConfig
         )
     dropout = cfg.model.dropout if ("model", "dropout") in cfg.chosen else model.dropout
     return replace(cfg, model=replace(model, dropout=dropout), tokenizer=tokenizer)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _open_folder(session: Session, lock: RunLock, force: bool) -> None:
