@@ -9,9 +9,13 @@ with `n` the plain norm (no gain, no bias) and a Linear's weight stored as [out,
 
     norm1 -> qkv        norm2 -> W1        final_norm -> head (a tied head becomes an untied copy)
 
-`fold_norms(model)` returns a new MiniGPT, the same class running the same forward, whose norms
-are plain and whose matrices carry what they held (each stored [in, out] in memory, the layout a
-row-vector product reads fastest); the original is untouched. Every folded value
+`fold_norms(model)` returns a new MiniGPT running the same forward, whose norms are plain and
+whose matrices carry what they held (each stored [in, out] in memory, the layout a row-vector
+product reads fastest); the original is untouched. The copy is sampling's own, a model no user
+holds, so no hook can be on it: its modules are called straight through their `forward`, without
+nn.Module's hook machinery (a few microseconds a call, dozens of calls a token), and its Linears
+read their weight and bias from where nn.Module keeps them rather than through its attribute
+lookup (`lean`). The user's model is always called through `__call__`, so its hooks fire. Every folded value
 is computed in float64 on the CPU (where every device's weights can be, MPS has no float64) and
 rounded once to the model's dtype, so the two models agree up to that dtype's rounding
 (tests/test_fold.py states the tolerance). RMSNorm's gain folds the same way (it has no bias).
@@ -25,9 +29,11 @@ run the model itself.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import MinigptError
@@ -69,7 +75,36 @@ def fold_norms(model: MiniGPT) -> MiniGPT:
                 # The same [out, in] matrix stored as [in, out]: `x W` then reads W row by row and
                 # the BLAS multiplies a single row by it as it lies, faster than through a transpose.
                 linear.weight = nn.Parameter(linear.weight.T.contiguous().T)
-    return folded.requires_grad_(False)
+    return lean(folded.requires_grad_(False))
+
+
+def lean(model: nn.Module) -> nn.Module:
+    """`model` (in place) with every module of it called straight through its own `forward`, its
+    hooks never consulted: only for a model nobody else holds."""
+    for module in model.modules():
+        module.__class__ = _lean_class(type(module))
+    return model
+
+
+@functools.cache
+def _lean_class(cls: type) -> type:
+    """`cls` itself, but called without nn.Module's hook machinery (a Linear: F.linear on its own
+    parameters). The forward that runs is `cls`'s own: nothing is computed another way."""
+    if getattr(cls, "lean", False):
+        return cls
+    body = {"__call__": _forward, "lean": True, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    if issubclass(cls, nn.Linear):
+        body["forward"] = _linear
+    return type(cls.__name__, (cls,), body)
+
+
+def _forward(self, *args, **kwargs):
+    return self.forward(*args, **kwargs)
+
+
+def _linear(self, x: Tensor) -> Tensor:
+    parameters = self._parameters
+    return F.linear(x, parameters["weight"], parameters["bias"])
 
 
 def _fold(norm: nn.Module, reader: nn.Linear, target: nn.Linear, cfg) -> nn.Module:
