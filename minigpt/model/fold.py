@@ -29,7 +29,6 @@ run the model itself.
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import replace
 
 import torch
@@ -81,25 +80,23 @@ def fold_norms(model: MiniGPT) -> MiniGPT:
 def lean(model: nn.Module) -> nn.Module:
     """`model` (in place) with every module of it called straight through its own `forward`, its
     hooks never consulted: only for a model nobody else holds."""
+    classes: dict[type, type] = {}
     for module in model.modules():
-        module.__class__ = _lean_class(type(module))
+        cls = type(module)
+        if cls not in classes:
+            classes[cls] = _lean_class(cls)
+        module.__class__ = classes[cls]
     return model
 
 
-@functools.cache
 def _lean_class(cls: type) -> type:
     """`cls` itself, but called without nn.Module's hook machinery (a Linear: F.linear on its own
-    parameters). The forward that runs is `cls`'s own: nothing is computed another way."""
-    if getattr(cls, "lean", False):
-        return cls
-    body = {"__call__": _forward, "lean": True, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
-    if issubclass(cls, nn.Linear):
-        body["forward"] = _linear
-    return type(cls.__name__, (cls,), body)
-
-
-def _forward(self, *args, **kwargs):
-    return self.forward(*args, **kwargs)
+    parameters). The forward that runs is `cls`'s own, as it is when the copy is made: nothing is
+    computed another way."""
+    forward = _linear if issubclass(cls, nn.Linear) else cls.forward
+    # `module(x)` is then `forward(module, x)`: not even a frame between the call and the forward
+    body = {"__call__": forward, "forward": forward, "lean": True}
+    return type(cls.__name__, (cls,), {**body, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 def _linear(self, x: Tensor) -> Tensor:
