@@ -33,7 +33,7 @@ from .device import keep_freed_memory, pick_device, use_threads
 from .errors import MinigptError, option
 from .inspection import interventions as edits
 from .inspection.scoring import Scores, score
-from .inspection.trace import Comparison, Trace, parse_ids, prompt_ids, trace_position
+from .inspection.trace import Comparison, Trace, tokens_to_trace, trace_position
 from .inspection.trace import compare as compare_passes
 from .interchange import convert
 from .interchange import export as exporting
@@ -295,10 +295,6 @@ class Run:
         [2, 2, 2, 2]; `at_position` applies the first three at the traced position only. With any
         intervention the result is a Comparison of both passes (`compare=False`: the modified
         Trace alone)."""
-        if (prompt is None) == (ids is None):
-            raise MinigptError(
-                f"give the tokens to trace with exactly one of {option('prompt')} TEXT or {option('ids')} 3,1,4"
-            )
         changes = edits.parse(
             scale=[f"{k}={v}" for k, v in scale.items()] if isinstance(scale, Mapping) else list(scale),
             replace_residual=[str(b) for b in replace_residual],
@@ -310,13 +306,7 @@ class Run:
                 f"{option('compare')} needs at least one intervention ({option('scale')}, "
                 f"{option('replace_residual')}, {option('ablate_head')} or {option('set_input')}) to compare with"
             )
-        token_ids = (
-            parse_ids(ids)
-            if isinstance(ids, str)
-            else list(ids)
-            if ids is not None
-            else prompt_ids(self.tokenizer, prompt)
-        )
+        token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
         if changes and compare is not False:
             return compare_passes(

@@ -24,13 +24,12 @@ from ..api import Run
 from ..config import updated
 from ..device import use_threads
 from ..errors import MinigptError, option
-from ..inspection.trace import Comparison, Trace, parse_ids, prompt_ids, row_norm
+from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
 
 BARS = 12  # next-token candidates drawn as bars
 CACHED_LOGITS = 16  # traced logit rows kept, so moving a sampling slider does not trace again
-TRACE_FIELDS = ("prompt", "ids", "position", "scale", "replace_residual", "ablate_head", "set_input", "at_position")
 
 
 class Explorer:
@@ -44,16 +43,7 @@ class Explorer:
         cfg, s = self.run.model.cfg, self.run.cfg.sample
         return {
             "run": str(self.run.path),
-            "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head,
-            "n_embd": cfg.n_embd,
-            "ffn_hidden": cfg.ffn_hidden,
-            "context": cfg.context,
-            "norm": cfg.norm,
-            "norm_position": cfg.norm_position,
-            "activation": cfg.activation,
-            "dtype": cfg.dtype,
-            "vocab_size": self.run.model.vocab_size,
+            **self.run.model.architecture(),
             "writable": min(self.run.tokenizer.vocab_size, self.run.model.vocab_size),
             # the page's skip connections and scale controls, from the names the model computes (stages.py);
             # the order of the stages the page reads from the trace's own `stages`, in computation order
@@ -232,15 +222,7 @@ def _strings(request: dict[str, Any], key: str) -> list[str]:
 
 def _token_ids(run: Run, request: dict[str, Any]) -> list[int]:
     arguments = _trace_arguments(request)
-    text, ids = arguments["prompt"], arguments["ids"]
-    if (text is None) == (ids is None):
-        raise MinigptError(f"give the tokens with exactly one of {option('prompt')} TEXT or {option('ids')} 3,1,4")
-    if ids is None:
-        return prompt_ids(run.tokenizer, text)
-    ids = parse_ids(ids) if isinstance(ids, str) else ids
-    if not ids:
-        raise MinigptError(f"{option('ids')} is empty; give at least one token id, e.g. {option('ids')} 3,1,4")
-    return ids
+    return tokens_to_trace(run.tokenizer, arguments["prompt"], arguments["ids"])
 
 
 # ---------------------------------------------------------------- what the page draws beside the trace

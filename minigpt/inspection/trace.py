@@ -34,7 +34,17 @@ from .interventions import Intervention, replacements
 GIVE_TOKENS = f"pass {option('prompt')} TEXT or {option('ids')} 3,1,4"
 
 
-def prompt_ids(tokenizer: TextTokenizer, prompt: str) -> list[int]:
+def tokens_to_trace(tokenizer: TextTokenizer, prompt: str | None, ids: str | Sequence[int] | None) -> list[int]:
+    """The ids a trace follows, from exactly one of a prompt or ids (a list, or "3,1,4")."""
+    if (prompt is None) == (ids is None):
+        raise MinigptError(
+            f"give the tokens to trace with exactly one of {option('prompt')} TEXT or {option('ids')} 3,1,4"
+        )
+    if ids is not None:
+        ids = parse_ids(ids) if isinstance(ids, str) else list(ids)
+        if not ids:
+            raise MinigptError(f"{option('ids')} is empty; give at least one token id, e.g. {option('ids')} 3,1,4")
+        return ids
     if prompt == "":
         raise MinigptError(f"the prompt is empty; trace needs at least one token: {GIVE_TOKENS}")
     return tokenizer.encode(prompt)  # a char tokenizer refuses characters it never saw
@@ -284,25 +294,11 @@ def trace_position(
         model.train(was_training)
     x = recorder[stages.INPUT]
     final = recorder[stages.FINAL_NORM]
-    cfg = model.cfg
     return Trace(
         position=p,
         ids=list(ids),
         tokens=[tokenizer.token_text(i) for i in ids],
-        model={
-            "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head,
-            "n_embd": cfg.n_embd,
-            "ffn_hidden": cfg.ffn_hidden,
-            "context": cfg.context,
-            "vocab_size": model.vocab_size,
-            "norm": cfg.norm,
-            "norm_position": cfg.norm_position,
-            "activation": cfg.activation,
-            "bias": cfg.bias,
-            "tie_embeddings": cfg.tie_embeddings,
-            "dtype": cfg.dtype,
-        },
+        model=model.architecture(),
         input=InputRows(
             token_row=model.token_table.weight[ids[p]].tolist(),
             position_row=model.position_table.weight[p].tolist(),

@@ -22,6 +22,7 @@ is called only where it acts (in eval mode or at p = 0 it returns its input and 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +143,24 @@ class MiniGPT(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def architecture(self) -> dict[str, Any]:
+        """What this model computes, in plain values (a trace's JSON and the explore page show it)."""
+        cfg = self.cfg
+        return {
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_embd": cfg.n_embd,
+            "ffn_hidden": cfg.ffn_hidden,
+            "context": cfg.context,
+            "vocab_size": self.vocab_size,
+            "norm": cfg.norm,
+            "norm_position": cfg.norm_position,
+            "activation": cfg.activation,
+            "bias": cfg.bias,
+            "tie_embeddings": cfg.tie_embeddings,
+            "dtype": cfg.dtype,
+        }
 
     def forward(
         self,
