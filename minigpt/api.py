@@ -35,7 +35,7 @@ from .inspection import interventions as edits
 from .inspection.scoring import Scores, score
 from .inspection.trace import Comparison, Trace, tokens_to_trace, trace_position
 from .inspection.trace import compare as compare_passes
-from .interchange import convert
+from .interchange import convert, hf, nanogpt
 from .interchange import export as exporting
 from .io import no_progress
 from .model.gpt import MiniGPT
@@ -379,9 +379,7 @@ def import_hf(
     use like any other. `context` keeps the position table's first rows; `force` replaces what
     `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
     Returns what was imported (its [model] section, tokenizer and origin)."""
-    return _imported(
-        out, force, lambda bar: convert.read_hf_gpt2(Path(folder), context=context, progress=bar), progress
-    )
+    return _imported(out, force, lambda bar: hf.read_hf_gpt2(Path(folder), context=context, progress=bar), progress)
 
 
 def import_nanogpt(
@@ -399,7 +397,7 @@ def import_nanogpt(
     BPE checkpoints. The rest as `import_hf`."""
 
     def read(bar) -> convert.Imported:
-        return convert.read_nanogpt(
+        return nanogpt.read_nanogpt(
             Path(path),
             meta=None if meta is None else Path(meta),
             tokenizer_dir=None if tokenizer is None else Path(tokenizer),

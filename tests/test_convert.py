@@ -19,14 +19,9 @@ import torch
 
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
-from minigpt.interchange.convert import (
-    Imported,
-    read_gpt2_tokenizer,
-    read_hf_gpt2,
-    read_meta,
-    read_nanogpt,
-    write_run,
-)
+from minigpt.interchange.convert import Imported, write_run
+from minigpt.interchange.hf import read_gpt2_tokenizer, read_hf_gpt2
+from minigpt.interchange.nanogpt import read_meta, read_nanogpt
 from minigpt.model.gpt import ContextTooLongError, MiniGPT
 from minigpt.runs.reading import load_model
 from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
@@ -315,12 +310,12 @@ def test_a_failed_write_leaves_nothing_behind_and_the_old_run_intact(tmp_path, f
 
 def test_what_does_not_fit_in_memory_is_refused_before_it_is_read(tmp_path, folder, monkeypatch):
     from minigpt import memory
-    from minigpt.interchange import convert
+    from minigpt.interchange import hf
 
     imported = read_hf_gpt2(folder)
     write_run(imported, tmp_path / "run")
     monkeypatch.setattr(memory, "available_memory", lambda device: 1 << 20)
-    monkeypatch.setattr(convert, "_safetensors_load", lambda path: pytest.fail("read before the memory check"))
+    monkeypatch.setattr(hf, "_safetensors_load", lambda path: pytest.fail("read before the memory check"))
     with pytest.raises(MinigptError) as refused:
         read_hf_gpt2(folder)
     assert "importing this model (" in one_line(refused) and "but cpu has 0.00 GiB available" in str(refused.value)

@@ -105,8 +105,8 @@ def test_each_activation_is_exported_under_a_name_the_import_reads_as_it():
 )
 def test_export_then_import_reproduces_every_tensor_bitwise(tmp_path, changes):
     pytest.importorskip("safetensors")
-    from minigpt.interchange.convert import read_hf_gpt2
     from minigpt.interchange.export import export_hf, gpt2_state
+    from minigpt.interchange.hf import read_hf_gpt2
 
     tokenizer = TextTokenizer(train_tokenizer("char", 0, "abcdefghijklmnopqrstuvwxyz .,;:!?'\n"))
     cfg = ModelConfig(**GPT2_SHAPE, **changes)
