@@ -19,24 +19,20 @@ resumed run on the CPU in float32 ends with bitwise identical weights.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import memory
-from ..config import Config, ModelConfig, TokenizerConfig
+from ..config import Config
 from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
 from ..errors import MinigptError, option
-from ..io import file_sha256
 from ..model.gpt import MiniGPT, check_context
-from ..runs import checkpoints, folder, identity, layout, reading
+from ..runs import checkpoints, folder, identity
 from ..runs.lock import RunLock
 from ..text import sources
 from ..text.corpus import Batches, Corpus, load_corpus
@@ -44,6 +40,7 @@ from ..text.tokenizer import TextTokenizer
 from . import distributed, threads
 from .distributed import RankLost, World
 from .optimizers import Optimizers, chosen_optimizer, make_optimizer
+from .starting import Origin, model_rows, restore_rng_states, rng_states, starting_point
 
 
 class TrainingSession:
@@ -168,16 +165,6 @@ class Session:
         if self.threads is not None:  # a resume continues at the count the steps so far ran at
             state["threads"] = self.threads
         return state
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a fine-tune's starting weights came from: a run folder's checkpoint, and its sha256."""
-
-    run: str
-    checkpoint: str  # "last" or "best"
-    sha256: str
-    kind: str = "init_from"  # beside an import's origin ("hf-gpt2", "nanogpt") in origin.json
 
 
 def global_batch_config(cfg: Config, world: World) -> Config:
@@ -330,32 +317,9 @@ def _prepare(
     world: World = World(),
 ) -> Session:
     """Every check, the corpus and the built session; nothing in the run folder is touched."""
-    run_dir = cfg.run_dir
-    payload = checkpoints.load_checkpoint(run_dir / layout.CHECKPOINT_FILE) if resume else None
-    origin, weights, tokenizer = None, None, None
-    if cfg.train.init_from:
-        # A fine-tune keeps the [model] and tokenizer of the run it starts from; resumed, it reads
-        # them back from its own folder (so the source may since have moved).
-        source = reading.read_weights(
-            run_dir if resume else Path(cfg.train.init_from),
-            "last" if resume else cfg.train.init_checkpoint,
-            given_as="run" if resume else "init_from",
-        )
-        if resume:  # what the run recorded of itself: the identity in its checkpoint
-            settings = TokenizerConfig(**payload["identity"]["tokenizer"])
-            origin = Origin(**payload["origin"]) if "origin" in payload else None
-        else:
-            settings = reading.saved_config(Path(cfg.train.init_from), given_as="init_from").tokenizer
-        cfg = fine_tune_config(cfg, source.model_config, settings)
-        tokenizer = source.tokenizer
-        if not resume:
-            origin = Origin(
-                str(Path(cfg.train.init_from).resolve()), cfg.train.init_checkpoint, file_sha256(source.path)
-            )
-            weights = source.payload["model"]
+    start = starting_point(cfg, resume)
+    cfg, payload, origin, weights, tokenizer = start.cfg, start.payload, start.origin, start.weights, start.tokenizer
     tc = cfg.train
-    if payload is not None:
-        identity.check_model_matches(cfg, payload, run_dir)
 
     notes: list[str] = []
     with preparing(f"preparing {sources.describe(tc.data)} (tokenizer and token ids) ..."):
@@ -415,26 +379,6 @@ def _build_checked(
     return session
 
 
-def fine_tune_config(cfg: Config, model: ModelConfig, tokenizer: TokenizerConfig) -> Config:
-    """A fine-tune's config: its own [train] and [sample], and the [model] and [tokenizer] of the run it
-    starts from. What the user chose for those two sections must agree with that run, dropout aside
-    (a fine-tune may regularise differently)."""
-    theirs = {"model": asdict(model), "tokenizer": asdict(tokenizer)}
-    differences = [
-        f"[{section}] {key}: {getattr(getattr(cfg, section), key)!r} != {theirs[section][key]!r}"
-        for section, key in sorted(cfg.chosen)
-        if section in theirs and key != "dropout" and getattr(getattr(cfg, section), key) != theirs[section][key]
-    ]
-    if differences:
-        raise MinigptError(
-            f"{option('init_from')} {cfg.train.init_from}: a fine-tune keeps the [model] and [tokenizer] of the run "
-            f"it starts from, but the config sets them otherwise ({'; '.join(differences)} (config != that run)); "
-            f"leave those keys out (or match them); only dropout may differ"
-        )
-    dropout = cfg.model.dropout if ("model", "dropout") in cfg.chosen else model.dropout
-    return replace(cfg, model=replace(model, dropout=dropout), tokenizer=tokenizer)
-
-
 def _open_folder(session: Session, lock: RunLock, force: bool) -> None:
     """Everything is validated: only now is the run folder created (or replaced), with the step-0
     checkpoint, or a resumed one cleared of a killed run's half-written files."""
@@ -449,16 +393,6 @@ def _open_folder(session: Session, lock: RunLock, force: bool) -> None:
     folder.create(run_dir, force, session.cfg, session.corpus.tokenizer, session.checkpoint(0))
 
 
-def model_rows(corpus: Corpus, payload: dict[str, Any] | None, weights: dict[str, torch.Tensor] | None) -> int:
-    """The rows of the token table and head: the tokenizer's ids, unless the weights a run starts
-    from (or resumes) have more (a padded vocabulary: nanoGPT's 50,304 rows for GPT-2's 50,257 ids)."""
-    if payload is not None:
-        return payload["vocab_size"]
-    if weights is not None:
-        return weights["token_table.weight"].shape[0]
-    return corpus.tokenizer.vocab_size
-
-
 def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
     """Refuse a model that cannot be trained here before any of it is allocated."""
     memory.check_memory(
@@ -467,27 +401,3 @@ def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
         "training this model (parameters, gradients, optimizer state and one batch's activations)",
         "make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller",
     )
-
-
-# ---------------------------------------------------------------- random state
-
-
-def rng_states(generator: torch.Generator) -> dict[str, Any]:
-    np_state = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "batches": generator.get_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "python": random.getstate(),
-        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-    }
-
-
-def restore_rng_states(states: dict[str, Any], generator: torch.Generator) -> None:
-    torch.set_rng_state(states["torch"])
-    generator.set_state(states["batches"])
-    if states["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-    random.setstate(states["python"])
-    kind, keys, *rest = states["numpy"]
-    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
