@@ -85,6 +85,7 @@ ALLOWED = {
         "distributed",
         "errors",
         "events",
+        "failpoints",
         "generate",
         "interventions",
         "model",

@@ -87,6 +87,7 @@ class BestKeeper(Listener):
             payload.update(step=event.step, val_loss=event.val_loss, val_bpb=event.val_bpb)
             checkpoints.save_checkpoint(self.path, payload)
 
+
 # ---------------------------------------------------------------- checkpoints and samples
 
 
