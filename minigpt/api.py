@@ -22,12 +22,13 @@ a trace when threads is 0, as the commands do, since their matmuls are too small
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from . import failpoints
 from .config import Config, SampleConfig, load_config, updated
 from .device import keep_freed_memory, pick_device, use_threads
 from .errors import MinigptError, option
@@ -101,9 +102,11 @@ def train(
     (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
-    checked, before the first step (the command prints its summary there). Interrupting (Ctrl-C, or
-    a notebook's stop button) finishes the step, saves a checkpoint and returns with `stopped`;
-    `resume=True` continues. Returns the TrainResult (`result.run` is the folder to load)."""
+    checked, before the first step (the command prints its summary there). Interrupting (Ctrl-C, a
+    notebook's stop button, or SIGTERM) finishes the step, saves a checkpoint and returns with
+    `stopped`; `resume=True` continues. After a SIGTERM the process ignores SIGTERM (the copies a
+    scheduler and torchrun send of that one request), so it ends on its own. Returns the
+    TrainResult (`result.run` is the folder to load)."""
     given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
     flags = {f"train.{k}": (k, _plain(v)) for k, v in given.items() if v is not None}
 
@@ -129,7 +132,10 @@ def train(
         progress=preparation if progress else None,
     )
     progress = progress and session.speaks  # under torchrun, rank 0 alone shows anything
-    with session as s:
+    interrupts = _Interrupts()
+    # Entered before the session, so left after it: a SIGTERM that arrives while the ranks leave
+    # together is still one of the stop's copies, not an interruption of leaving.
+    with interrupts, session as s:
         if s.finished:
             return TrainResult(s.step, 0, 0.0, 0.0, total=s.cfg.train.steps, run=s.cfg.run_dir, checkpoint_step=s.step)
         if on_start is not None:
@@ -146,10 +152,14 @@ def train(
             # so the other ranks stop with rank 0 instead of waiting for it at the first step.
             writers = distributed.agree(s.world, lambda: run_folder_listeners(s, saver, sample_shown if bar else None))
             trainer = Trainer(s, [*writers, *([bar] if bar else []), *listeners])
-            with _interrupt_stops(trainer.request_stop):
-                result = trainer.run()
+            interrupts.stop_with(trainer.request_stop)
+            result = trainer.run()
+            if result.stopped and s.world.distributed:
+                # Perhaps at another rank's request, whose SIGTERM may still be on its way here.
+                interrupts.terminating = True
         except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically
             raise WriteFailed(str(exc.strerror or exc), s.cfg.run_dir, saver.last_step) from None
+    failpoints.reach("train-end")
     result.run, result.checkpoint_step = s.cfg.run_dir, saver.last_step
     if result.diverged is not None:
         d = result.diverged
@@ -169,29 +179,48 @@ def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, Path) else value
 
 
-@contextmanager
-def _interrupt_stops(request_stop: Callable[[], None]) -> Iterator[None]:
-    """Ctrl-C or SIGTERM asks for a stop at the next step boundary, with a checkpoint; a second
-    Ctrl-C stops at once. A second SIGTERM never does: a scheduler may signal torchrun and every
-    worker together, and torchrun forwards its own to each worker, so one stop arrives twice."""
-    asked = []
+class _Interrupts:
+    """Ctrl-C and SIGTERM from the training loop on, through the ranks leaving together: the first
+    asks for a stop at the next step boundary, with a checkpoint; a second Ctrl-C stops at once. A
+    second SIGTERM never does: one stop arrives as several SIGTERMs, each at a moment of its own (a
+    scheduler signals torchrun and every worker, and torchrun forwards its own copy to each), so a
+    copy can come after the loop has stopped, even after train() has returned. Hence once a SIGTERM
+    has arrived (or, under torchrun, the ranks have agreed to stop: perhaps for another rank's),
+    leaving does not put back the caller's SIGTERM handler but one that ignores the copies: the
+    process was asked to end, and a copy must not cut short its cleanup or its last message."""
 
-    def handler(signum, frame):
-        if asked and signum == signal.SIGINT:
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] | None = None  # the handlers replaced; None before stop_with
+        self.asked: list[int] = []
+        self.terminating = False  # copies of a SIGTERM may still come
+
+    def stop_with(self, request_stop: Callable[[], None]) -> None:
+        """From now on a signal calls `request_stop` (where handlers can be set: the main thread)."""
+        self.request_stop = request_stop
+        try:
+            self.previous = {sig: signal.signal(sig, self._handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
+            self.previous = None
+
+    def _handler(self, signum, frame) -> None:
+        if self.asked and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        asked.append(signum)
-        request_stop()
+        self.asked.append(signum)
+        self.terminating = self.terminating or signum == signal.SIGTERM
+        self.request_stop()
 
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    def __enter__(self) -> _Interrupts:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.previous is None:
+            return
+        signal.signal(signal.SIGINT, self.previous[signal.SIGINT])
+        signal.signal(signal.SIGTERM, _ignore_copy if self.terminating else self.previous[signal.SIGTERM])
+
+
+def _ignore_copy(signum, frame) -> None:
+    """SIGTERM once training has stopped on one: a copy of that request (see _Interrupts)."""
 
 
 def load(

@@ -1,17 +1,24 @@
 """Failpoints: named places in `minigpt train` where a test makes the real command sleep, say that
-it got there, or fail, through one environment variable. For tests only: nothing in minigpt sets
-it, and unset, a point reached costs one dict lookup (the variable is read once, at the first).
+it got there, wait for the test's signal, or fail, through one environment variable. For tests
+only: nothing in minigpt sets it, and unset, a point reached costs one dict lookup (the variable is
+read once, at the first).
 
     MINIGPT_FAILPOINTS="batch=sleep:0.02"                  every training batch 20 ms slower
     MINIGPT_FAILPOINTS="batch@25=announce+sleep:30"        at the 25th batch: say so, then wait
+    MINIGPT_FAILPOINTS="batch@7=announce+pause:60"         at the 7th: say so, wait for a signal
     MINIGPT_FAILPOINTS="checkpoint-write@4=raise:ENOSPC"   the 4th checkpoint write meets a full disk
     MINIGPT_FAILPOINTS="batch=raise"                       a RuntimeError: a bug, not a refusal
 
 Entries are separated by ";". `POINT@N` acts the Nth time this process reaches POINT only, a plain
 `POINT` every time. Its actions, joined by "+", run in order:
 
-    sleep:SECONDS   sleep (pacing, or a pause in which the test signals the process)
+    sleep:SECONDS   sleep (pacing, or a wait in which the test kills the process); a signal
+                    whose handler returns does not cut it short
     announce        append "POINT\\n" to the file MINIGPT_FAILPOINTS_FILE names
+    pause:SECONDS   wait until a signal reaches one of the process's Python handlers, at most
+                    SECONDS. Signals are watched for from the moment the point is reached, so one
+                    sent as soon as the test reads an earlier `announce` of the trigger ends it:
+                    the test signals the process at a moment it knows, not one it guesses
     raise           raise RuntimeError
     raise:ERRNO     raise OSError with that errno, as the system would (ENOSPC: a full disk)
 
@@ -24,6 +31,8 @@ from __future__ import annotations
 
 import errno
 import os
+import select
+import signal
 import time
 from dataclasses import dataclass
 
@@ -41,6 +50,10 @@ POINTS = {
         "runs.checkpoints.save_checkpoint: checkpoint.pt or best.pt is in its temporary file, not yet renamed"
     ),
     "metrics-open": "training.listeners.MetricsLog: metrics.jsonl is about to be opened (rewritten first on resume)",
+    "train-end": (
+        "api.train: training is over (done or stopped) and its session left, every rank out of the process "
+        "group; train() is about to return"
+    ),
 }
 
 
@@ -68,20 +81,23 @@ def parse(spec: str) -> dict[str, tuple[Trigger, ...]]:
 
 def _action(entry: str, text: str) -> tuple[str, str]:
     kind, _, argument = text.strip().partition(":")
-    if kind == "sleep":
+    if kind in ("sleep", "pause"):
         try:
             if float(argument) >= 0:
                 return kind, argument
         except ValueError:
             pass
-        raise _refused(entry, f"sleep:{argument} is not a number of seconds")
+        raise _refused(entry, f"{kind}:{argument} is not a number of seconds")
     if kind == "announce" and not argument:
         if not os.environ.get(ANNOUNCE_FILE):
             raise _refused(entry, f"announce needs {ANNOUNCE_FILE}, the file to append to")
         return kind, os.environ[ANNOUNCE_FILE]
     if kind == "raise" and (not argument or isinstance(getattr(errno, argument, None), int)):
         return kind, argument
-    raise _refused(entry, f"unknown action {text.strip()!r}; the actions: sleep:SECONDS, announce, raise, raise:ERRNO")
+    raise _refused(
+        entry,
+        f"unknown action {text.strip()!r}; the actions: sleep:SECONDS, announce, pause:SECONDS, raise, raise:ERRNO",
+    )
 
 
 def _refused(entry: str, why: str) -> MinigptError:
@@ -110,14 +126,42 @@ def _fire(name: str, triggers: tuple[Trigger, ...]) -> None:
     for trigger in triggers:
         if trigger.hit not in (None, hit):
             continue
-        for kind, argument in trigger.actions:
-            if kind == "sleep":
-                time.sleep(float(argument))
-            elif kind == "announce":
-                with open(argument, "a", encoding="utf-8") as f:
-                    f.write(name + "\n")
-            elif argument:
-                code = getattr(errno, argument)
-                raise OSError(code, os.strerror(code))
-            else:
-                raise RuntimeError(f"failpoint {name} reached ({VARIABLE} raise)")
+        signals = _Signals() if any(kind == "pause" for kind, _ in trigger.actions) else None
+        try:
+            for kind, argument in trigger.actions:
+                if kind == "sleep":
+                    time.sleep(float(argument))
+                elif kind == "pause":
+                    signals.wait(float(argument))
+                elif kind == "announce":
+                    with open(argument, "a", encoding="utf-8") as f:
+                        f.write(name + "\n")
+                elif argument:
+                    code = getattr(errno, argument)
+                    raise OSError(code, os.strerror(code))
+                else:
+                    raise RuntimeError(f"failpoint {name} reached ({VARIABLE} raise)")
+        finally:
+            if signals is not None:
+                signals.close()
+
+
+class _Signals:
+    """The signals this process handles, from now on: Python writes a byte to a pipe for each
+    (signal.set_wakeup_fd), so one that came before `wait` began is not missed. Main thread only."""
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()
+        os.set_blocking(self.write, False)  # the handler must never block on a full pipe
+        self.previous = signal.set_wakeup_fd(self.write)
+
+    def wait(self, seconds: float) -> None:
+        """Until a signal has come (since the last wait), at most `seconds`."""
+        ready, _, _ = select.select([self.read], [], [], seconds)
+        if ready:
+            os.read(self.read, 4096)
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self.previous)
+        os.close(self.read)
+        os.close(self.write)

@@ -208,20 +208,13 @@ def train_tiny_run(folder: Path, *overrides: str) -> Path:
     return folder / "run"
 
 
-def interrupt_once_training(process: subprocess.Popen, run_dir: Path, signum: int, children: bool = False) -> str:
-    """Wait until `process` has logged its first training record in run_dir/metrics.jsonl, send it
-    `signum` (`children`: and its child processes, as a batch scheduler does), and return its
-    stderr once it has ended (it is killed if it has not, by then)."""
+def interrupt_once_training(process: subprocess.Popen, there: Path, signum: int) -> str:
+    """Wait until `process` has announced in `there` that it is paused at a training batch (its
+    failpoints: `batch@N=announce+pause:SECONDS`), send it `signum`, which ends the pause there, and
+    return its stderr once it has ended (it is killed if it has not, by then)."""
     try:
-        deadline = time.monotonic() + 120
-        log = run_dir / "metrics.jsonl"
-        while not (log.exists() and log.read_text(encoding="utf-8").strip()):  # training has started
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "training never started"
-            time.sleep(0.005)
+        wait_for(lambda: announced(there) == ["batch"], "training never reached its pause", process)
         process.send_signal(signum)
-        for child in child_processes(process.pid) if children else ():
-            os.kill(child, signum)
         return process.communicate(timeout=120)[1]
     finally:
         if process.poll() is None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import interrupt_once_training
+from conftest import announced, child_processes, wait_for
 
 import minigpt
 
@@ -236,29 +236,45 @@ def test_a_two_rank_checkpoint_is_the_run_of_its_global_batch(runs, cli, tmp_pat
 
 
 def test_sigterm_stops_both_ranks_and_the_run_resumes_under_torchrun_or_in_one_process(runs, cli, tmp_path):
-    """SIGTERM to torchrun and to every worker at once (what a batch scheduler sends; each worker
-    also gets torchrun's forwarded copy): the ranks stop at the same step boundary, rank 0 saves
-    one checkpoint and prints the resume command. Resumed with that command the run ends bitwise
-    equal to the uninterrupted 2-rank run; its checkpoint resumed in one process with batch_size
-    doubled ends equal to it too (up to reduction order)."""
-    run = tmp_path / "interrupted"
-    process = subprocess.Popen(  # paced (50 ms a micro-batch), so the signal lands mid-run on a fast machine
+    """What a batch scheduler sends: SIGTERM to torchrun, which forwards it to every worker, and to
+    every worker itself. Each copy lands at a moment the test knows, failpoints holding both ranks
+    there until it comes: torchrun's in step 4; the workers' own once both ranks have stopped and
+    left the process group, just before rank 0 prints: the latest a copy can come, and it must not
+    cut rank 0 short before it has said how to resume. The ranks stop together at the end of step
+    4, rank 0 saves one checkpoint and prints the resume command. Resumed with that command the run
+    ends bitwise equal to the uninterrupted 2-rank run; its checkpoint resumed in one process with
+    batch_size doubled ends equal to it too (up to reduction order)."""
+    run, there = tmp_path / "interrupted", tmp_path / "reached"
+    stop = 4
+    held = f"batch@{GRAD_ACCUM * (stop - 1) + 1}=announce+pause:60;train-end=announce+pause:60"  # step 4's first batch
+    process = subprocess.Popen(
         [*launcher(), "-m", "minigpt", "train", "-c", str(runs / "tiny.toml"), "--out", str(run), *COMMON[1:]],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=runs,
-        env=ranks_env(MINIGPT_FAILPOINTS="batch=sleep:0.05"),
+        env=ranks_env(MINIGPT_FAILPOINTS=held, MINIGPT_FAILPOINTS_FILE=str(there)),
     )
-    stderr = interrupt_once_training(process, run, signal.SIGTERM, children=True)  # once step 5 is logged
+    try:
+        wait_for(lambda: announced(there) == ["batch"] * 2, f"the ranks never reached step {stop}", process)
+        workers = child_processes(process.pid)  # both paused: neither can end before it is signalled
+        assert len(workers) == 2, workers
+        process.send_signal(signal.SIGTERM)
+        wait_for(lambda: announced(there)[2:] == ["train-end"] * 2, "the ranks never stopped together", process)
+        for worker in workers:
+            os.kill(worker, signal.SIGTERM)
+        stderr = process.communicate(timeout=120)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     assert process.returncode != 0
     said = [line for line in stderr.splitlines() if line.startswith("interrupted at step")]
     assert len(said) == 1, stderr[-3000:]  # rank 0's line only
     found = re.fullmatch(r"interrupted at step (\d+)/20; checkpoint saved in (.+?)\. Resume with: (.+)", said[0])
     assert found and found[2] == str(run), said
-    stopped = int(found[1])
-    assert 5 <= stopped < 20
-    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == stopped
+    assert int(found[1]) == stop
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == stop
     assert "internal error" not in stderr and no_frame_of_ours(stderr), stderr[-3000:]
 
     in_one = tmp_path / "in-one"

@@ -8,8 +8,11 @@ from __future__ import annotations
 import ast
 import errno
 import os
+import signal
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -37,10 +40,13 @@ def test_an_empty_or_unset_variable_arms_nothing():
 
 def test_entries_hits_and_actions_are_read_in_order(tmp_path, monkeypatch):
     monkeypatch.setenv("MINIGPT_FAILPOINTS_FILE", str(tmp_path / "reached"))
-    plan = failpoints.parse("batch@25=announce+sleep:30; eval=sleep:0.5;checkpoint-write@4=raise:ENOSPC")
+    plan = failpoints.parse(
+        "batch@25=announce+sleep:30; eval=sleep:0.5;checkpoint-write@4=raise:ENOSPC;train-end=announce+pause:60"
+    )
     assert plan["batch"] == (failpoints.Trigger(25, (("announce", str(tmp_path / "reached")), ("sleep", "30"))),)
     assert plan["eval"] == (failpoints.Trigger(None, (("sleep", "0.5"),)),)
     assert plan["checkpoint-write"] == (failpoints.Trigger(4, (("raise", "ENOSPC"),)),)
+    assert plan["train-end"] == (failpoints.Trigger(None, (("announce", str(tmp_path / "reached")), ("pause", "60"))),)
     assert plan["metrics-open"] == plan["tokenizer-fit"] == ()
 
 
@@ -54,6 +60,7 @@ def test_entries_hits_and_actions_are_read_in_order(tmp_path, monkeypatch):
         ("batch@x=raise", "@x is not a hit count"),
         ("batch=sleep:soon", "sleep:soon is not a number of seconds"),
         ("batch=sleep:-1", "sleep:-1 is not a number of seconds"),
+        ("batch=pause:later", "pause:later is not a number of seconds"),
         ("batch=explode", "unknown action 'explode'"),
         ("batch=raise:ENOTANERRNO", "unknown action 'raise:ENOTANERRNO'"),
         ("batch=announce", "announce needs MINIGPT_FAILPOINTS_FILE"),
@@ -83,6 +90,51 @@ def test_reach_does_what_the_entry_says_at_the_hit_it_names(armed, tmp_path, mon
         failpoints.reach("tokenizer-fit")
     failpoints.reach("metrics-open")  # not named: nothing
     assert there.read_text(encoding="utf-8") == "eval\n"
+
+
+@pytest.fixture
+def usr1():
+    """SIGUSR1 handled in this process, its arrivals counted (the handler put back after)."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+    yield got
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def test_pause_ends_at_a_signal_sent_once_the_announcement_is_read(armed, tmp_path, monkeypatch, usr1):
+    there = tmp_path / "reached"
+    monkeypatch.setenv("MINIGPT_FAILPOINTS_FILE", str(there))
+    armed("eval=announce+pause:60")
+
+    def test_process():  # what a test does: wait for the line, then signal
+        while not there.exists():
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    sender = threading.Thread(target=test_process)
+    sender.start()
+    started = time.monotonic()
+    failpoints.reach("eval")
+    sender.join()
+    assert usr1 == [signal.SIGUSR1] and time.monotonic() - started < 30
+    assert signal.set_wakeup_fd(-1) == -1  # nothing of the pause's is left watching
+
+
+def test_a_signal_that_comes_before_the_pause_begins_ends_it_too(armed, monkeypatch, usr1):
+    # The signal arrives between the point being reached and its pause (here: during a sleep before
+    # it, the widest such gap): the pause must not wait for another one.
+    armed("eval=sleep:0+pause:60")
+    monkeypatch.setattr(failpoints, "time", SimpleNamespace(sleep=lambda seconds: signal.raise_signal(signal.SIGUSR1)))
+    started = time.monotonic()
+    failpoints.reach("eval")
+    assert usr1 == [signal.SIGUSR1] and time.monotonic() - started < 30
+
+
+def test_a_pause_without_a_signal_lasts_its_seconds(armed):
+    armed("eval=pause:0.05")
+    started = time.monotonic()
+    failpoints.reach("eval")
+    assert time.monotonic() - started >= 0.05
 
 
 def test_reaching_a_point_that_does_not_exist_is_an_error_even_unarmed(armed):

@@ -335,6 +335,34 @@ def test_sigterm_while_preparing_stops_cleanly_and_leaves_no_lock(tiny_config, t
     assert not run.exists() and not list(tmp_path.glob(".run*"))  # nothing made, the lock file removed
 
 
+@pytest.mark.slow
+def test_a_copy_of_the_sigterm_that_stopped_training_is_ignored_however_late(tiny_config, tmp_path):
+    """A scheduler's SIGTERM often comes twice (to torchrun and its workers, or to a wrapper script
+    that passes it on): the second copy, arriving once training has stopped and just before the
+    command prints how to resume, is the same request, not a second interruption."""
+    run, there = tmp_path / "run", tmp_path / "reached"
+    process = subprocess.Popen(  # paused in step 3 and once it has stopped, each time until signalled
+        minigpt_command("train", "-c", tiny_config, "--out", run, "--quiet"),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=with_failpoints("batch@3=announce+pause:60;train-end=announce+pause:60", there),
+    )
+    try:
+        for point in ("batch", "train-end"):
+            wait_for(lambda point=point: announced(there)[-1:] == [point], f"never reached {point}", process)
+            process.send_signal(signal.SIGTERM)
+        stderr = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert announced(there) == ["batch", "train-end"]
+    said = rf"interrupted at step 3/20; checkpoint saved in {re.escape(str(run))}\. Resume with: .+\n"
+    assert re.fullmatch(said, stderr), stderr  # its one line, as if the copy had never come
+    assert step_of(run) == 3
+
+
 def test_a_run_folder_cut_short_before_its_first_checkpoint_is_made_again(cli, tiny_config, tmp_path):
     """Killed between writing config.toml / tokenizer.json and the step-0 checkpoint: not a run to
     protect (no --force needed), and nothing to resume."""

@@ -231,16 +231,16 @@ def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, t
     train_tiny(cli, tiny_config, straight, "--quiet", *settings)
 
     run = tmp_path / "interrupted"
-    # The real CLI in a real process, paced by a short sleep per batch (a failpoint) so the test can
-    # send SIGINT mid-run on a fast machine. The sleep changes no number the run computes.
+    # The real CLI in a real process, paused in step 45 (a failpoint) until the test's SIGINT: the
+    # step ends and the run stops there, wherever the machine's load puts either process.
     process = subprocess.Popen(
         minigpt_command("train", "-c", tiny_config, "--out", run, *settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=with_failpoints("batch=sleep:0.004"),
+        env=with_failpoints("batch@45=announce+pause:60", tmp_path / "reached"),
     )
-    stderr = interrupt_once_training(process, run, signal.SIGINT)
+    stderr = interrupt_once_training(process, tmp_path / "reached", signal.SIGINT)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     found = re.search(
@@ -248,7 +248,7 @@ def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, t
     )
     assert found, stderr
     stopped = int(found[1])
-    assert 5 <= stopped < steps
+    assert stopped == 45  # past the step-40 checkpoint: the stop writes its own
     assert found[2] == str(run)
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == stopped
     assert max(r["step"] for r in metrics(run)) <= stopped

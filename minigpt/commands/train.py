@@ -3,8 +3,9 @@ what happened, said once.
 
 Before training it prints the session's notes and a one-line summary with an estimate; after it, the
 result with the validation curve as a sparkline, or how to resume an interrupted run (Ctrl-C or
-SIGTERM stop at the next step boundary, with a checkpoint; a second Ctrl-C stops at once). The run
-folder describes itself, so the follow-up command shown is `sample --run DIR`.
+SIGTERM stop at the next step boundary, with a checkpoint; a second Ctrl-C stops at once, a second
+SIGTERM is a copy of the first). The run folder describes itself, so the follow-up command shown is
+`sample --run DIR`.
 """
 
 from __future__ import annotations
@@ -31,20 +32,26 @@ def main(o: TrainOptions) -> None:
             except RefusedElsewhere:  # rank 0 printed the refusal; this rank stops with it, silently
                 raise typer.Exit(2) from None
     finally:
-        if before is not None:
+        if before is not None and signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGTERM, before)
+        elif before is not None:
+            # A SIGTERM stopped training, and more copies of it may come (see api.py) while the
+            # process ends. SIG_IGN rather than the Python handler training left: the interpreter
+            # drops Python handlers early in its shutdown, and a copy arriving after that would
+            # turn exit status 130 into death by signal.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _sigterm_interrupts():
     """Before the training loop, SIGTERM stops the command as Ctrl-C does, through its cleanup (the
     run folder's lock is removed, nothing half-made stays), instead of killing the process where it
     stands. Returns the handler it replaced (None off the main thread, where none can be set)."""
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
     try:
-        return signal.signal(signal.SIGTERM, interrupt)
+        return signal.signal(signal.SIGTERM, _interrupt)
     except ValueError:
         return None
 
