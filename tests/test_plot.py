@@ -59,11 +59,11 @@ def test_trace_png_draws_every_head_of_every_block(runs, cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_bytes().startswith(PNG)
     from minigpt.config import load_config
-    from minigpt.inspection.trace import prompt_ids, trace_position
+    from minigpt.inspection.trace import tokens_to_trace, trace_position
     from minigpt.runs.reading import load_model
 
     model, tokenizer = load_model(load_config(a / "config.toml"), a)
-    trace = trace_position(model, tokenizer, prompt_ids(tokenizer, "ROMEO:"))
+    trace = trace_position(model, tokenizer, tokens_to_trace(tokenizer, "ROMEO:", None))
     figure = attention_figure(trace)
     assert len(figure.axes) == model.cfg.n_layer * model.cfg.n_head
     image = figure.axes[0].get_images()[0].get_array()
