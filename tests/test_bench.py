@@ -89,3 +89,36 @@ def test_time_to_quality_stops_at_the_first_evaluation_that_reaches_the_target(b
     assert missed["seconds"] is None and missed["step"] is None
     assert [step for _, step, _ in missed["evaluations"]] == [10, 20]  # ran to its end
     assert missed["val_bpb"] == min(bpb for _, _, bpb in missed["evaluations"])
+
+
+def test_the_versions_children_time_this_checkouts_step_and_api_sampling(bench, tiny_text, tmp_path):
+    """`--only versions` measures each checkout in child processes that import it by path: here,
+    this checkout's own training step and sampling through its API."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import make_run
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    shape = ["model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.ffn_hidden=32", "model.context=8"]
+    shape += ['tokenizer.kind="char"', "train.batch_size=4", f"train.data={json.dumps(str(tiny_text))}"]
+    step = subprocess.run(
+        [sys.executable, "-c", bench.VERSION_STEP_CHILD, json.dumps(shape), "2", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert step.returncode == 0, step.stderr
+    assert json.loads(step.stdout.splitlines()[-1])["tokens_per_s"] > 0
+    config = make_run(tmp_path / "seeded")
+    sample = subprocess.run(
+        [sys.executable, "-c", bench.VERSION_SAMPLE_CHILD, str(tmp_path / "seeded" / "run"), "20", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert config.is_file() and sample.returncode == 0, sample.stderr
+    assert json.loads(sample.stdout.splitlines()[-1])["tokens_per_s"] > 0
