@@ -108,7 +108,7 @@ def train(
     scheduler and torchrun send of that one request), so it ends on its own. Returns the
     TrainResult (`result.run` is the folder to load)."""
     given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
-    flags = {f"train.{k}": (k, _plain(v)) for k, v in given.items() if v is not None}
+    train_keys = {key: _plain(value) for key, value in given.items() if value is not None}
 
     def read_config() -> Config:
         if resume and force:
@@ -116,7 +116,7 @@ def train(
                 f"{option('resume')} and {option('force')} contradict each other; {option('resume')} continues a "
                 f"run, {option('force')} replaces it"
             )
-        cfg = load_config(config, overrides(set), flags)
+        cfg = load_config(config, overrides(set), {"train": train_keys})
         if cfg.train.tensorboard:
             from .training.tensorboard import require
 
@@ -274,9 +274,9 @@ class Run:
 
     def sample(self, prompt: str = "", **settings: Any) -> str | list[str]:
         """The prompt continued, as `minigpt sample` prints it (prompt and completion). Settings
-        are the [sample] keys (`max_new_tokens`, `temperature`, `top_k`, `top_p`, `greedy`, `seed`,
-        `num_samples`, `stop`, `slide`), defaulting to the run's config; with num_samples > 1 the
-        result is a list."""
+        are the [sample] keys but the prompt (`max_new_tokens`, `temperature`, `seed`, ...: every
+        field of config.SampleConfig), defaulting to the run's config, each checked as a config
+        file's would be; with num_samples > 1 the result is a list."""
         results = self.samples(prompt, **settings)
         texts = [result.text for result in results]
         return texts if len(texts) > 1 else texts[0]
@@ -294,8 +294,8 @@ class Run:
         unknown = sorted(set(settings) - set(SAMPLE_SETTINGS))
         if unknown:
             raise MinigptError(f"sample settings {', '.join(unknown)} are unknown; use: {', '.join(SAMPLE_SETTINGS)}")
-        given = {f"sample.{key}": (key, value) for key, value in settings.items() if value is not None}
-        s = updated(self.cfg, given).sample
+        given = {key: value for key, value in settings.items() if value is not None}
+        s = updated(self.cfg, {"sample": given}).sample
         # One sample at a time is a chain of tiny matmuls: a second thread only adds waiting (and
         # stalls badly when another process is busy), so `threads = 0` means one thread here.
         use_threads(self.cfg.train.threads or (1 if s.num_samples == 1 else 0))

@@ -1,7 +1,9 @@
 """The command line: the Typer app and its commands. Nothing else: each command's options are
-declared once, as the fields of its dataclass in commands/options.py; the command built here from
-those fields hands the filled-in dataclass to its module in minigpt/commands/, imported only when
-it runs, so `minigpt --help` answers without loading torch.
+declared once, as the fields of its dataclass in commands/options.py (where the flags that set a
+config key are built from config.py's fields). Typer reads a command's parameters from that
+dataclass's own constructor, so what a command line parses into is the filled-in dataclass, which
+`_run` hands to the command's module in minigpt/commands/, imported only then, so `minigpt --help`
+answers without loading torch.
 
 A command-line mistake (unknown option, a value of the wrong type) ends, like every other user
 error, in one line on stderr and exit status 2.
@@ -13,13 +15,13 @@ import importlib
 import inspect
 import os
 import sys
-from dataclasses import MISSING, fields
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from . import __version__
-from .commands.options import COMMANDS, GROUPS, Options, annotations
+from .commands.options import COMMANDS, GROUPS, Options
+from .commands.usage_errors import NoArgsIsHelpError, UsageError
 
 app = typer.Typer(
     add_completion=False,
@@ -27,6 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Train a small GPT on a text file, sample from it, and trace one position through every block.",
 )
+MODULES = {options: module for options, module in COMMANDS.values()}
 
 
 def _show_version(value: bool) -> None:
@@ -35,7 +38,13 @@ def _show_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+def _run(options: Options, **root: Any) -> None:
+    """After Typer has parsed a command line into a command's options (`root` holds the options
+    given before the command, which root() reads): run the command, minigpt.commands.<module>.main."""
+    importlib.import_module(f"{__package__}.commands.{MODULES[type(options)]}").main(options)
+
+
+@app.callback(result_callback=_run)
 def root(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show the traceback of an internal error (also MINIGPT_DEBUG=1).")
@@ -47,30 +56,12 @@ def root(
     """Train a small GPT on a text file, sample from it, and trace one position through every block."""
 
 
-def add_command(name: str, options: type[Options], module: str) -> None:
+def add_command(name: str, options: type[Options]) -> None:
     """The command `name` ("train", or "import hf" under the group "import"): its parameters are the
-    fields of `options` (Typer reads them from the signature given here); when it runs,
-    minigpt.commands.<module>.main gets them as one `options`."""
-    hints = annotations(options)
-    parameters = [
-        inspect.Parameter(
-            f.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=inspect.Parameter.empty if f.default is MISSING else f.default,
-            annotation=hints[f.name],
-        )
-        for f in fields(options)
-    ]
-
-    def run(**given) -> None:
-        importlib.import_module(f"{__package__}.commands.{module}").main(options(**given))
-
-    run.__signature__ = inspect.Signature(parameters)
-    run.__annotations__ = {p.name: p.annotation for p in parameters}
-    run.__doc__ = _paragraphs(options.__doc__ or "")
+    fields of `options`, and a command line of it parses into one `options` (the dataclass itself is
+    the command's callable: Typer reads its constructor's parameters)."""
     *group, command = name.split()
-    run.__name__ = command
-    (_group(group[0]) if group else app).command(name=command)(run)
+    (_group(group[0]) if group else app).command(name=command, help=_paragraphs(options.__doc__ or ""))(options)
 
 
 _groups: dict[str, typer.Typer] = {}
@@ -90,8 +81,8 @@ def _paragraphs(text: str) -> str:
     )
 
 
-for _name, (_options, _module) in COMMANDS.items():
-    add_command(_name, _options, _module)
+for _name, (_options, _) in COMMANDS.items():
+    add_command(_name, _options)
 
 
 def _speaks_for_all() -> bool:
@@ -106,17 +97,13 @@ def _speaks_for_all() -> bool:
 def main() -> None:
     """Run the app; a command-line mistake ends in one line on stderr and exit status 2, not Click's
     multi-line box."""
-    try:  # Typer >= 0.26 ships its own copy of Click; older releases use Click itself
-        from typer._click import exceptions as click_exceptions
-    except ImportError:  # pragma: no cover
-        from click import exceptions as click_exceptions
-
     try:
         code = app(standalone_mode=False)
-    except click_exceptions.NoArgsIsHelpError as exc:
-        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+    except NoArgsIsHelpError as exc:  # its message is the help, unless the help was printed already (rich)
+        if exc.format_message():
+            typer.echo(exc.format_message())
         code = 0
-    except click_exceptions.UsageError as exc:
+    except UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "minigpt"
         message = " ".join(exc.format_message().split()).rstrip(".")
         if _speaks_for_all():

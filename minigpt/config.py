@@ -17,6 +17,7 @@ import json
 import math
 import sysconfig
 import tomllib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,21 @@ def _spec(
     maximum: float | None = None,
     exclusive_max: bool = False,
     positive: bool = False,
+    short: str = "",
 ):
-    """A dataclass field carrying what is allowed, so validation and messages come from one place."""
+    """A dataclass field carrying what is allowed, so validation, messages and a key's command-line
+    flag come from one place. The flag of a key is `--` + its name hyphenated (a bool's is the pair
+    `--name/--no-name`), with `-` + `short` as its alias where it has one; its help is `help`."""
     return field(
         default=default,
         metadata=dict(
-            help=help, choices=choices, minimum=minimum, maximum=maximum, exclusive_max=exclusive_max, positive=positive
+            help=help,
+            choices=choices,
+            minimum=minimum,
+            maximum=maximum,
+            exclusive_max=exclusive_max,
+            positive=positive,
+            short=short,
         ),
     )
 
@@ -98,15 +108,16 @@ class TokenizerConfig:
 class TrainConfig:
     data: str | list[str] = _spec(
         str(DEFAULT_CORPUS),
-        "UTF-8 text file to train on, a folder (every *.txt under it), or a list of files and folders",
+        "UTF-8 text file to train on, a folder (every *.txt under it, in sorted order), or a list of files and "
+        "folders, joined with an end-of-text token between two files (default: the shipped Tiny Shakespeare)",
     )
-    out: str = _spec("", "run folder; empty means runs/<config name> under the current directory")
+    out: str = _spec("", "run folder to write; empty means runs/<config name> under the current directory")
     init_from: str = _spec(
         "",
-        "a run folder to fine-tune: this run starts from its weights and keeps its [model] and tokenizer "
-        "(empty: fresh weights)",
+        "a run folder to fine-tune: this run starts from its weights and keeps its model section and "
+        "tokenizer (empty: fresh weights)",
     )
-    init_checkpoint: str = _spec("last", "which weights of init_from: last, or best", choices=("last", "best"))
+    init_checkpoint: str = _spec("last", "which weights of the init_from run: last, or best", choices=("last", "best"))
     val_fraction: float = _spec(
         0.1, "contiguous tail of the text kept for validation", positive=True, maximum=1.0, exclusive_max=True
     )
@@ -164,16 +175,18 @@ class TrainConfig:
 
 @dataclass
 class SampleConfig:
-    prompt: str = _spec("", "text to continue; empty starts from a newline")
-    max_new_tokens: int = _spec(200, "tokens to generate", minimum=0)
-    temperature: float = _spec(0.8, "softmax temperature", positive=True)
+    """What `minigpt sample` does; every key is also one of its flags."""
+
+    prompt: str = _spec("", "text to continue; empty starts from a newline", short="p")
+    max_new_tokens: int = _spec(200, "tokens to generate", minimum=0, short="n")
+    temperature: float = _spec(0.8, "softmax temperature (> 0)", positive=True)
     top_k: int = _spec(0, "keep only the k most likely tokens (0 = off)", minimum=0)
-    top_p: float = _spec(1.0, "nucleus sampling mass (1.0 = off)", positive=True, maximum=1.0)
+    top_p: float = _spec(1.0, "nucleus sampling mass in (0, 1] (1.0 = off)", positive=True, maximum=1.0)
     greedy: bool = _spec(False, "always take the most likely token")
     seed: int = _spec(1337, "sampling seed")
     num_samples: int = _spec(1, "independent samples, generated as one batch", minimum=1)
     stop: str = _spec("", "stop a sample once this text appears in its completion (empty = never)")
-    slide: bool = _spec(True, "past the position table, keep going with a sliding window")
+    slide: bool = _spec(True, "past the position table, continue with a sliding window (false: stop there)")
     runtime: str = _spec(
         "torch",
         "what runs the window's forward past the position table: torch, or onnxruntime (the onnx "
@@ -191,6 +204,8 @@ SECTIONS: dict[str, type] = {
 PATH_KEYS = {("train", "data"), ("train", "out"), ("train", "init_from")}
 # Path keys that may also be a list of paths (a TOML array; a repeated option).
 PATH_LISTS = {("train", "data")}
+# Typed values for keys, by name, per section: {"train": {"steps": 500}} (flags, API arguments).
+Given = Mapping[str, Mapping[str, Any]]
 
 
 @dataclass
@@ -355,11 +370,11 @@ def _cross_checks(cfg: Config) -> None:
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
-    flags: dict[str, tuple[str, Any]] | None = None,
+    given: Given | None = None,
 ) -> Config:
     """Read a config file (the shipped default when None), apply `section.key=value` overrides, then
-    the options that stand for one key each ({"train.steps": ("steps", 500)}: the value already typed,
-    and the option's name for messages), and validate."""
+    the values given for keys by name, per section ({"train": {"steps": 500}}: already typed; a
+    message names each by its key, which the command line shows as its flag), and validate."""
     named = path is not None
     path = Path(path) if named else DEFAULT_CONFIG
     where = str(path)
@@ -403,8 +418,8 @@ def load_config(
             value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
         _apply(values, section, key, value, f"{option('set')} {text}", Path.cwd())
         chosen.add((section, key))
-    _apply_given(values, flags or {})
-    chosen |= {tuple(name.split(".", 1)) for name in flags or {}}
+    _apply_given(values, given or {})
+    chosen |= {(section, key) for section, keys in (given or {}).items() for key in keys}
 
     cfg = Config(
         **{s: SECTIONS[s](**values[s]) for s in SECTIONS}, name=path.stem, source=where, chosen=frozenset(chosen)
@@ -415,17 +430,18 @@ def load_config(
     return cfg
 
 
-def _apply_given(values: dict[str, dict[str, Any]], given: dict[str, tuple[str, Any]]) -> None:
-    """Typed values for config keys, each named (in messages) by the option that gave it."""
-    for name, (given_as, value) in given.items():
-        section, _, key = name.partition(".")
-        shown = " ".join(map(str, value)) if isinstance(value, list) else value
-        _apply(values, section, key, value, f"{option(given_as)} {shown}", Path.cwd())
+def _apply_given(values: dict[str, dict[str, Any]], given: Given) -> None:
+    """Typed values for config keys, each named in messages as the parameter that gave it (a
+    flag's name, an API argument's, an explore request's field: each is the key's own name)."""
+    for section, keys in given.items():
+        for key, value in keys.items():
+            shown = " ".join(map(str, value)) if isinstance(value, list) else value
+            _apply(values, section, key, value, f"{option(key)} {shown}", Path.cwd())
 
 
-def updated(cfg: Config, given: dict[str, tuple[str, Any]]) -> Config:
-    """A copy of `cfg` with typed values set ({"sample.top_k": ("top_k", 5)}), each checked as a
-    config file's would be."""
+def updated(cfg: Config, given: Given) -> Config:
+    """A copy of `cfg` with typed values set ({"sample": {"top_k": 5}}), each checked as a config
+    file's would be."""
     values = {section: asdict(getattr(cfg, section)) for section in SECTIONS}
     _apply_given(values, given)
     new = replace(cfg, **{section: SECTIONS[section](**values[section]) for section in SECTIONS})

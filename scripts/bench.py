@@ -55,7 +55,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from minigpt.config import load_config  # noqa: E402
+from minigpt.config import SampleConfig, load_config  # noqa: E402
 from minigpt.model.flops import training_flops_per_token  # noqa: E402
 from minigpt.model.gpt import MiniGPT  # noqa: E402
 from minigpt.sampling.generate import generate  # noqa: E402
@@ -194,17 +194,8 @@ def _timed_tokens(
     model: MiniGPT, prompt_ids: list[int], new_tokens: int, seed: int, use_cache: bool, runtime: str = "torch"
 ) -> tuple[list[int], float]:
     device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    generation = generate(
-        model,
-        prompt_ids,
-        new_tokens,
-        temperature=1.0,
-        generator=generator,
-        use_cache=use_cache,
-        slide=True,
-        runtime=runtime,
-    )
+    settings = SampleConfig(max_new_tokens=new_tokens, temperature=1.0, seed=seed, slide=True, runtime=runtime)
+    generation = generate(model, prompt_ids, settings, use_cache=use_cache)
     _sync(str(device))
     start = time.perf_counter()
     tokens = [step.tokens for step in generation]

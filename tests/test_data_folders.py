@@ -143,12 +143,12 @@ def test_validation_windows_come_from_every_files_tail(config, books, monkeypatc
 def test_repeated_data_is_the_folder_with_the_same_files_in_the_same_order(config, books):
     from_folder, _ = corpus(config)
     listed = [str(books / name) for name in DOCUMENTS]
-    from_list = load_corpus(load_config(config, [], {"train.data": ("data", listed)}))
+    from_list = load_corpus(load_config(config, [], {"train": {"data": listed}}))
     assert np.array_equal(from_folder.train_ids, from_list.train_ids)
     assert np.array_equal(from_folder.val_ids, from_list.val_ids)
     assert from_folder.tokenizer.fingerprint() == from_list.tokenizer.fingerprint()
     assert from_folder.sha256 == from_list.sha256 and from_folder.files == from_list.files
-    reordered = load_corpus(load_config(config, [], {"train.data": ("data", listed[::-1])}))
+    reordered = load_corpus(load_config(config, [], {"train": {"data": listed[::-1]}}))
     assert reordered.sha256 != from_folder.sha256  # order is part of the corpus
 
 

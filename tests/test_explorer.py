@@ -7,6 +7,7 @@ fields, never a flag. The Host rules that keep other sites out (commands/explore
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from pathlib import Path
 
@@ -234,13 +235,7 @@ def test_refusals_name_the_requests_fields_never_a_flag(explorer, call, body, me
 def test_the_page_starts_where_sample_starts(explorer):
     info = explorer.model_info()
     s = explorer.run.cfg.sample
-    assert info["sample"] == {
-        "temperature": s.temperature,
-        "top_k": s.top_k,
-        "top_p": s.top_p,
-        "greedy": s.greedy,
-        "seed": s.seed,
-    }
+    assert info["sample"] == dataclasses.asdict(s)  # the controls' temperature, top_k, top_p, greedy, seed among them
     assert info["residual_adds"] == RESIDUAL_ADDS["pre"] and info["n_layer"] == 2
     assert info["scalable"] == ["attention", "ffn"]
     json.dumps(info)  # all of it JSON

@@ -117,11 +117,7 @@ def test_an_interrupted_fine_tune_resumes_bitwise(cli, source, new_text, tmp_pat
     cfg = load_config(
         source.parent / "tiny.toml",
         ["train.steps=24", "train.checkpoint_interval=8", "train.eval_interval=8"],
-        {
-            "train.init_from": ("init_from", str(source)),
-            "train.data": ("data", str(new_text)),
-            "train.out": ("out", str(run)),
-        },
+        {"train": {"init_from": str(source), "data": str(new_text), "out": str(run)}},
     )
     box = []
     with TrainingSession(cfg) as session:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigpt.config import ModelConfig
+from minigpt.config import ModelConfig, SampleConfig
 from minigpt.errors import MinigptError
 from minigpt.model.fold import fold_norms, unfoldable
 from minigpt.model.gpt import ContextTooLongError, MiniGPT
@@ -203,12 +203,18 @@ def test_post_norm_and_subclasses_do_not_fold_and_say_why():
         assert unfoldable(randomised(**changes)) is None, changes
 
 
+def settings(new_tokens: int, **changes) -> SampleConfig:
+    """[sample] as these tests draw: `new_tokens` tokens at temperature 1."""
+    return SampleConfig(max_new_tokens=new_tokens, temperature=1.0, **changes)
+
+
 def test_a_model_that_does_not_fold_samples_through_itself(monkeypatch):
     model = randomised(norm_position="post")
     monkeypatch.setattr(generate_module, "fold_norms", lambda m: pytest.fail("folded a post-norm model"))
     seen = forward_calls(monkeypatch)
+    draw = settings(2 * CONTEXT)
     runs = [
-        [s.tokens for s in generate(model, [1, 2, 3], 2 * CONTEXT, generator=torch.Generator().manual_seed(5), **o)]
+        [s.tokens for s in generate(model, [1, 2, 3], draw, generator=torch.Generator().manual_seed(5), **o)]
         for o in (dict(use_cache=True), dict(use_cache=False))
     ]
     assert seen and all(m is model for m in seen)
@@ -221,9 +227,7 @@ def test_a_model_that_does_not_fold_samples_through_itself(monkeypatch):
 
 def sampled(model: MiniGPT, **options) -> tuple[torch.Tensor, torch.Tensor]:
     prompt = torch.tensor([[1, 2, 3], [7, 5, 0]])  # two rows: the batch is one forward per step
-    steps = list(
-        generate(model, prompt, 3 * CONTEXT, temperature=1.0, generator=torch.Generator().manual_seed(11), **options)
-    )
+    steps = list(generate(model, prompt, settings(3 * CONTEXT), generator=torch.Generator().manual_seed(11), **options))
     return torch.stack([s.tokens for s in steps], 1), torch.stack([s.logits for s in steps], 1)
 
 
@@ -267,6 +271,6 @@ def test_kv_cache_and_full_recompute_give_the_same_tokens_through_the_fold():
     assert torch.equal(cached_tokens, plain_tokens)
     assert within(cached_logits, plain_logits, plain_logits, 2 * TOLERANCE)
     for greedy in (True, False):  # and the same seed gives the same text every time
-        first = list(generate(model, [4, 1], 20, greedy=greedy, generator=torch.Generator().manual_seed(3)))
-        again = list(generate(model, [4, 1], 20, greedy=greedy, generator=torch.Generator().manual_seed(3)))
+        first = list(generate(model, [4, 1], settings(20, greedy=greedy), generator=torch.Generator().manual_seed(3)))
+        again = list(generate(model, [4, 1], settings(20, greedy=greedy), generator=torch.Generator().manual_seed(3)))
         assert [s.tokens.tolist() for s in first] == [s.tokens.tolist() for s in again]

@@ -240,3 +240,35 @@ def test_every_option_a_library_message_names_is_a_flag_of_some_command():
         named |= set(re.findall(r"option\(['\"]([a-z_]+)['\"]\)", path.read_text(encoding="utf-8")))
     assert {"resume", "position", "set", "out"} <= named
     assert {as_flag(name) for name in named} <= flags, {as_flag(name) for name in named} - flags
+
+
+def _sample_keys_named(node: ast.AST, keys: set[str]) -> list[str]:
+    """The [sample] keys one node names together: a tuple, list, set or dict of their names, a
+    call's keyword arguments, or a class's fields."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items = node.elts
+    elif isinstance(node, ast.Dict):
+        items = [k for k in node.keys if k is not None]
+    elif isinstance(node, ast.Call):
+        return [k.arg for k in node.keywords if k.arg in keys]
+    elif isinstance(node, ast.ClassDef):
+        return [n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    else:
+        return []
+    return [i.value for i in items if isinstance(i, ast.Constant) and i.value in keys]
+
+
+def test_no_module_but_config_lists_the_sample_keys():
+    """config.py's SampleConfig declares them; everything else takes the section whole (or derives
+    from its fields), so adding a [sample] key is one edit there plus its use."""
+    from dataclasses import fields
+
+    from minigpt.config import SampleConfig
+
+    keys = {f.name for f in fields(SampleConfig)}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).as_posix() == "config.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = [k for k in _sample_keys_named(node, keys) if k in keys]
+            assert len(set(named)) < 3, f"{path.relative_to(PACKAGE.parent)} line {node.lineno} lists [sample] {named}"

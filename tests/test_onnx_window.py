@@ -13,7 +13,7 @@ from conftest import make_run
 from typer.testing import CliRunner
 
 from minigpt.cli import app
-from minigpt.config import load_config
+from minigpt.config import SampleConfig, load_config
 from minigpt.model.fold import fold_norms
 from minigpt.model.gpt import MiniGPT
 from minigpt.sampling.generate import generate
@@ -67,16 +67,10 @@ def test_sampling_past_the_table_draws_the_same_tokens(greedy):
     model = model_of()
 
     def tokens(runtime: str) -> list[int]:
+        settings = SampleConfig(max_new_tokens=40, temperature=1.0, greedy=greedy, num_samples=2, runtime=runtime)
         generation = generate(
-            model,
-            [1, 2, 3],
-            40,  # 35 of them past the 8-row table
-            temperature=1.0,
-            greedy=greedy,
-            generator=torch.Generator().manual_seed(7),
-            num_samples=2,
-            runtime=runtime,
-        )
+            model, [1, 2, 3], settings, generator=torch.Generator().manual_seed(7)
+        )  # 35 past the table
         return torch.stack([step.tokens for step in generation]).tolist()
 
     assert tokens("onnxruntime") == tokens("torch")

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from minigpt.api import load
 from minigpt.cli import app
-from minigpt.config import load_config
+from minigpt.config import SampleConfig, load_config
 from minigpt.errors import MinigptError
 from minigpt.model.gpt import ContextTooLongError, MiniGPT
 from minigpt.runs.reading import load_model
@@ -123,7 +123,7 @@ def test_prompt_longer_than_position_table_is_refused(char_run):
 def test_too_long_prompt_is_refused_by_generate_too_even_for_zero_new_tokens(char_run):
     model, tokenizer = loaded(char_run)
     with pytest.raises(ContextTooLongError, match=r"^the prompt has 9 tokens but the position table has 8 rows"):
-        generate(model, tokenizer.encode("ROMEO: he"), 0)
+        generate(model, tokenizer.encode("ROMEO: he"), SampleConfig(max_new_tokens=0))
 
 
 @pytest.mark.parametrize("prompt", ["ROM", "ROMEO: h"])
@@ -201,9 +201,7 @@ def test_kv_cache_and_full_recompute_give_the_same_tokens_and_logits(tmp_path, f
                 generate(
                     model,
                     prompt,
-                    20,
-                    greedy=greedy,
-                    temperature=1.0,
+                    SampleConfig(max_new_tokens=20, greedy=greedy, temperature=1.0),
                     use_cache=use_cache,
                     generator=torch.Generator().manual_seed(11),
                 )
@@ -369,6 +367,12 @@ def test_stop_text_ends_the_sample_and_is_never_printed(char_run, monkeypatch):
     force_tokens(monkeypatch, script)
     [sample] = samples_json("-c", char_run, "-p", "a", "-n", "11", "--greedy", "--stop", "o w")
     assert (sample["completion"], sample["stop_reason"]) == ("hell", "stop_text")
+
+
+def test_stop_text_is_taken_as_written_never_read_as_a_toml_value(char_run):
+    for text in ("1", "true", "[1]"):  # as TOML: an integer, a boolean, an array; as text: none is in this vocabulary
+        [sample] = samples_json("-c", char_run, "-p", "ROM", "-n", "3", "--stop", text)
+        assert sample["stop_reason"] == "max_new_tokens" and sample["new_tokens"] == 3
 
 
 def test_held_back_text_is_released_when_it_is_not_the_stop_text(char_run):
@@ -548,4 +552,4 @@ def test_text_mode_streams_prompt_and_completion_then_a_summary(char_run):
 def test_generate_refuses_ids_outside_the_vocabulary(char_run):
     model, _ = loaded(char_run)
     with pytest.raises(MinigptError, match=r"token id \d+ is not in the vocabulary"):
-        generate(model, [0, model.vocab_size], 1)
+        generate(model, [0, model.vocab_size], SampleConfig(max_new_tokens=1))

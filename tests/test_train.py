@@ -154,7 +154,7 @@ def test_run_folder_holds_config_tokenizer_checkpoint_and_metrics(cli, tiny_conf
     assert "done: 20 steps" in result.stderr and "bits/byte" in result.stderr
     assert f"sample with: minigpt sample --run {run}" in result.stderr
 
-    used = load_config(tiny_config, [], {"train.out": ("--out", str(run))})
+    used = load_config(tiny_config, [], {"train": {"out": str(run)}})
     written = load_config(run / "config.toml")
     for section in ("model", "tokenizer", "train", "sample"):
         assert getattr(written, section) == getattr(used, section), section

@@ -1,28 +1,26 @@
 """Every command's options, each declared once: one frozen dataclass per command, whose fields are
-the command's parameters (type, default, flag and help together). cli.py builds each Typer command
-from its dataclass's fields, and the command module receives the filled-in dataclass, so an option
-reaches the code that reads it by name, and adding one is one edit here.
+the command's parameters (type, default, flag and help together). Typer reads each dataclass's own
+constructor (cli.py), and the command module receives the filled-in dataclass, so an option reaches
+the code that reads it by name, and adding one is one edit here.
 
-A field whose annotation carries `ConfigKey("sample.top_k")` overrides that config key when given
-(`config_flags`). Light on purpose (no torch): `minigpt --help` imports this module.
+A flag that sets a config key is not declared here but in config.py, as that key's field:
+`config_flags` builds a command's flags from the fields of the keys it takes (type, help, spelling),
+and the command's options inherit them. Each is None unless given; `Options.config_values` hands
+what was given to the config, per section. Light on purpose (no torch): `minigpt --help` imports
+this module.
 """
 
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-
-@dataclass(frozen=True)
-class ConfigKey:
-    """Marks an option as the command-line spelling of one config key."""
-
-    key: str
-
+from ..config import PATH_KEYS, PATH_LISTS, SECTIONS, SampleConfig, TrainConfig
+from ..errors import as_flag
 
 CONFIG_HELP = (
     "TOML config shared by every command (default: configs/default.toml; with --run alone, the run's own config.toml)."
@@ -38,6 +36,8 @@ CheckpointOption = Annotated[
     str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")
 ]
 
+_SECTION = "config section"  # the metadata of a field that is a config key's flag: which section it sets
+
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
@@ -48,6 +48,33 @@ class Options:
             if getattr(self, f.name) is None and _is_list(self, f.name):
                 object.__setattr__(self, f.name, ())
 
+    def config_values(self) -> dict[str, dict[str, Any]]:
+        """The config keys given as flags, per section ({"train": {"steps": 500}}), as the flags
+        typed them; every section these options take a key of is there. A key not given is left
+        out: the config decides it."""
+        given: dict[str, dict[str, Any]] = {f.metadata[_SECTION]: {} for f in fields(self) if _SECTION in f.metadata}
+        for key, value in self._keys_given():
+            given[key.metadata[_SECTION]][key.name] = value
+        return given
+
+    def config_flag_words(self) -> list[str]:
+        """The config keys given, as the command-line words that give them again
+        (`--steps 500`, `--data a.txt --data b/`, `--no-slide`)."""
+        words: list[str] = []
+        for key, value in self._keys_given():
+            on, _, off = _long_flag(key.name, isinstance(value, bool)).partition("/")
+            if isinstance(value, bool):
+                words.append(on if value else off)
+            else:
+                for each in value if isinstance(value, (list, tuple)) else [value]:
+                    words += [on, str(each)]
+        return words
+
+    def _keys_given(self) -> list[tuple[Field, Any]]:
+        """Each config key given as a flag (a repeatable one at least once), with its value."""
+        flags = [(f, getattr(self, f.name)) for f in fields(self) if _SECTION in f.metadata]
+        return [(f, value) for f, value in flags if value not in (None, (), [])]
+
 
 def _is_list(options: Options, name: str) -> bool:
     hint = typing.get_type_hints(type(options))[name]
@@ -55,63 +82,82 @@ def _is_list(options: Options, name: str) -> bool:
 
 
 def annotations(options: type[Options]) -> dict[str, Any]:
-    """Each field's full annotation (Typer's declaration and any ConfigKey included)."""
+    """Each field's full annotation (Typer's declaration included)."""
     return typing.get_type_hints(options, include_extras=True)
 
 
-def config_flags(options: Options) -> dict[str, tuple[str, Any]]:
-    """The options given that stand for config keys: {"train.steps": ("steps", 500)}. The second
-    element names the option, for messages (errors.option renders it as the flag)."""
-    found = {}
-    for name, hint in annotations(type(options)).items():
-        keys = [extra for extra in getattr(hint, "__metadata__", ()) if isinstance(extra, ConfigKey)]
-        value = getattr(options, name)
-        if isinstance(value, (list, tuple)):  # a repeatable option: given as often as it was (never: not given)
-            value = [str(v) for v in value] or None
-        if keys and value is not None:
-            found[keys[0].key] = (name, str(value) if isinstance(value, Path) else value)
-    return found
+# ---------------------------------------------------------------- flags built from config keys
+
+
+def config_flags(section: type, keys: tuple[str, ...] | None = None, *, after: type[Options] = Options) -> type:
+    """Options with one flag per key of the config section `section` (every key, or those named in
+    `keys`, in that order), each built from the key's field in config.py; they follow the options
+    of `after`."""
+    name = next(n for n, cls in SECTIONS.items() if cls is section)
+    specs = {f.name: f for f in fields(section)}
+    unknown = set(keys or ()) - set(specs)
+    if unknown:
+        raise ValueError(f"[{name}] has no keys {', '.join(sorted(unknown))}")
+    return make_dataclass(
+        f"{section.__name__.removesuffix('Config')}Flags",
+        [
+            (key, _key_option(name, specs[key]), field(default=None, metadata={_SECTION: name}))
+            for key in (keys or specs)
+        ],
+        bases=(after,),
+        frozen=True,
+        kw_only=True,
+        namespace={"__module__": __name__},
+    )
+
+
+def _key_option(section: str, key: Field) -> Any:
+    """A config key's flag: `--name` (a bool's `--name/--no-name`) with its short alias, typed as the
+    key is (a path key as a path, a list of paths as a repeatable flag), with the key's help."""
+    if (section, key.name) in PATH_LISTS:
+        kind: Any = list[Path]
+    elif (section, key.name) in PATH_KEYS:
+        kind = Path
+    else:
+        kind = {"int": int, "float": float, "bool": bool, "str": str}[key.type]
+    short = ("-" + key.metadata["short"],) if key.metadata["short"] else ()
+    text = key.metadata["help"]
+    text = text[0].upper() + text[1:] + "." + (" Repeatable." if kind == list[Path] else "")
+    return Annotated[kind | None, typer.Option(*short, _long_flag(key.name, kind is bool), help=text)]
+
+
+def _long_flag(name: str, is_bool: bool) -> str:
+    """`--top-k`; for a bool the pair that sets it either way, `--greedy/--no-greedy`."""
+    flag = as_flag(name)
+    return f"{flag}/--no-{flag.removeprefix('--')}" if is_bool else flag
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigFile(Options):
+    """`-c FILE`, first among a command's flags."""
+
+    config: ConfigOption = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigAndRun(ConfigFile):
+    """`-c FILE` and `--run DIR`, first among a reading command's flags."""
+
+    run: RunOption = None
+
+
+# The config keys `train` and `sample` take as flags, after -c (and --run).
+TrainKeys = config_flags(TrainConfig, ("data", "out", "steps", "init_from", "init_checkpoint"), after=ConfigFile)
+SampleKeys = config_flags(SampleConfig, after=ConfigAndRun)  # every [sample] key
 
 
 # ---------------------------------------------------------------- the commands
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainOptions(Options):
+class TrainOptions(TrainKeys):
     """Train a model on a text file; write config, tokenizer, checkpoint and metrics to a run folder."""
 
-    config: ConfigOption = None
-    data: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--data",
-            help="UTF-8 text file to train on, or a folder (every *.txt under it, in sorted order); repeatable: "
-            "the files are joined with an end-of-text token between them (default: the shipped Tiny Shakespeare).",
-        ),
-        ConfigKey("train.data"),
-    ] = None
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Run folder to write (default: runs/<config name>)."),
-        ConfigKey("train.out"),
-    ] = None
-    steps: Annotated[
-        int | None, typer.Option("--steps", help="Optimizer steps (overrides train.steps)."), ConfigKey("train.steps")
-    ] = None
-    init_from: Annotated[
-        Path | None,
-        typer.Option(
-            "--init-from",
-            help="Fine-tune: start from this run's weights, keeping its [model] and tokenizer (a fresh optimizer, "
-            "this config's [train] schedule).",
-        ),
-        ConfigKey("train.init_from"),
-    ] = None
-    init_checkpoint: Annotated[
-        str | None,
-        typer.Option("--init-checkpoint", help="Which weights of --init-from: last (default) or best."),
-        ConfigKey("train.init_checkpoint"),
-    ] = None
     overrides: SetOption = None
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the run in the run folder from its checkpoint.")
@@ -121,7 +167,7 @@ class TrainOptions(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SampleOptions(Options):
+class SampleOptions(SampleKeys):
     """Continue a prompt with a trained model. An empty prompt starts from a newline.
 
     A prompt longer than the model's context (the rows of its position table) is refused, never
@@ -129,65 +175,7 @@ class SampleOptions(Options):
     or stops with --no-slide.
     """
 
-    config: ConfigOption = None
-    run: RunOption = None
-    prompt: Annotated[
-        str | None,
-        typer.Option("-p", "--prompt", help="Text to continue. An empty prompt starts from a newline."),
-    ] = None
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a UTF-8 file.")] = None
-    max_new_tokens: Annotated[
-        int | None,
-        typer.Option("-n", "--max-new-tokens", help="Tokens to generate."),
-        ConfigKey("sample.max_new_tokens"),
-    ] = None
-    temperature: Annotated[
-        float | None,
-        typer.Option("--temperature", help="Softmax temperature (> 0)."),
-        ConfigKey("sample.temperature"),
-    ] = None
-    top_k: Annotated[
-        int | None,
-        typer.Option("--top-k", help="Keep the k most likely tokens (0 = off)."),
-        ConfigKey("sample.top_k"),
-    ] = None
-    top_p: Annotated[
-        float | None,
-        typer.Option("--top-p", help="Nucleus sampling mass in (0, 1] (1 = off)."),
-        ConfigKey("sample.top_p"),
-    ] = None
-    greedy: Annotated[
-        bool | None,
-        typer.Option("--greedy/--no-greedy", help="Always take the most likely token."),
-        ConfigKey("sample.greedy"),
-    ] = None
-    seed: Annotated[int | None, typer.Option("--seed", help="Sampling seed."), ConfigKey("sample.seed")] = None
-    num_samples: Annotated[
-        int | None,
-        typer.Option("--num-samples", help="Independent samples, generated as one batch."),
-        ConfigKey("sample.num_samples"),
-    ] = None
-    # Free text, taken as given rather than read as a TOML value like the keys above.
-    stop: Annotated[
-        str | None, typer.Option("--stop", help="Stop a sample when this text appears in its completion.")
-    ] = None
-    slide: Annotated[
-        bool | None,
-        typer.Option(
-            "--slide/--no-slide",
-            help="Past the position table, continue with a sliding window (default) or stop there.",
-        ),
-        ConfigKey("sample.slide"),
-    ] = None
-    runtime: Annotated[
-        str | None,
-        typer.Option(
-            "--runtime",
-            help="What runs the window's forward past the position table: torch, or onnxruntime "
-            '(faster on the CPU; pip install "minigpt[onnx]").',
-        ),
-        ConfigKey("sample.runtime"),
-    ] = None
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object per sample instead of streaming text.")
     ] = False

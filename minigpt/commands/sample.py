@@ -13,7 +13,7 @@ import sys
 from .. import api
 from ..errors import MinigptError, option
 from .common import opened, user_errors
-from .options import SampleOptions, config_flags
+from .options import SampleOptions
 
 
 def main(o: SampleOptions) -> None:
@@ -23,9 +23,7 @@ def main(o: SampleOptions) -> None:
                 f"{option('prompt')} and {option('prompt_file')} were both given; pass the prompt one way"
             )
         run = opened(o)
-        settings = {key.partition(".")[2]: value for key, (_, value) in config_flags(o).items()}
-        if o.stop is not None:  # free text, taken as given rather than read as a TOML value
-            settings["stop"] = o.stop
+        settings = {key: value for key, value in o.config_values()["sample"].items() if key != "prompt"}
         prompt = (
             api.read_prompt(o.prompt_file)
             if o.prompt_file is not None

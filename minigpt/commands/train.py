@@ -61,13 +61,9 @@ def _train(o: TrainOptions) -> None:
     quiet = o.quiet or not speaks
     try:
         result = api.train(
-            list(o.data) or None,
-            o.out,
-            o.steps,
+            **o.config_values()["train"],
             config=o.config,
             set=o.overrides,
-            init_from=o.init_from,
-            init_checkpoint=o.init_checkpoint,
             resume=o.resume,
             force=o.force,
             progress=not quiet,
@@ -122,11 +118,7 @@ def _resume_command(o: TrainOptions) -> str:
     """What continues this run: the same command with --resume, under the same kind of launch."""
     again = ["-c", o.config] if o.config else []
     again += [a for override in o.overrides for a in ("--set", override)]
-    again += [a for data in o.data for a in ("--data", data)] + (["--out", o.out] if o.out else [])
-    again += (["--init-from", o.init_from] if o.init_from else []) + (
-        ["--init-checkpoint", o.init_checkpoint] if o.init_checkpoint else []
-    )
-    again += ["--steps", o.steps] if o.steps is not None else []
+    again += o.config_flag_words()
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return command_line("minigpt", "train", *again, "--resume")

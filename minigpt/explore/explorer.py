@@ -16,12 +16,13 @@ from __future__ import annotations
 import base64
 import json
 from collections import OrderedDict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
 
-from ..api import Run
-from ..config import updated
+from ..api import SAMPLE_SETTINGS, Run
+from ..config import SampleConfig, updated
 from ..device import use_threads
 from ..errors import MinigptError, option
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
@@ -50,13 +51,7 @@ class Explorer:
             "residual_adds": stages.RESIDUAL_ADDS.get(cfg.norm_position, {}),
             "scalable": list(stages.SCALABLE),
             # The page's sampling controls start where `minigpt sample` starts for this run.
-            "sample": {
-                "temperature": s.temperature,
-                "top_k": s.top_k,
-                "top_p": s.top_p,
-                "greedy": s.greedy,
-                "seed": s.seed,
-            },
+            "sample": asdict(s),
             "bars": BARS,
             "prompt": self.first_prompt(),
         }
@@ -99,17 +94,17 @@ class Explorer:
         under `next_token_distribution(logits, temperature, top_k, top_p)`, sampling's own code, and
         at temperature 1 unfiltered; over the ids the tokenizer can write, as sampling draws them."""
         arguments = _trace_arguments(request)
-        s = self._sample_settings(request, ("temperature", "top_k", "top_p"))
+        s = self._sample_settings(request)
         key = json.dumps(arguments, sort_keys=True)
         if key not in self._logits:
             self._remember(arguments, self.run.trace(**arguments))
         before, after = self._logits[key]
-        out = {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, **self._distribution(after, s)}
+        out = self._distribution(after, s)
         if before is not None:
             out["before"] = self._distribution(before, s)
         return out
 
-    def _distribution(self, logits: torch.Tensor, s) -> dict[str, Any]:
+    def _distribution(self, logits: torch.Tensor, s: SampleConfig) -> dict[str, Any]:
         logits = logits[: self.run.tokenizer.vocab_size]  # a padded model's extra rows are never drawn
         shaped = next_token_distribution(logits, s.temperature, s.top_k, s.top_p)
         plain = next_token_distribution(logits)
@@ -136,7 +131,7 @@ class Explorer:
         generator seeded as `sample` seeds it. Sampling uses the unmodified model, as `sample` does."""
         if not isinstance(request, dict):
             raise MinigptError("the request must be a JSON object")
-        s = self._sample_settings(request, ("temperature", "top_k", "top_p", "greedy", "seed"))
+        s = self._sample_settings(request)
         ids = _token_ids(self.run, request)
         model = self.run.model
         if len(ids) >= model.context:
@@ -145,21 +140,9 @@ class Explorer:
                 f"token would stand at position {model.context}, which the model has no row for; shorten the prompt"
             )
         use_threads(self.run.cfg.train.threads or 1)  # as `sample` runs one sample
-        device = next(model.parameters()).device
-        generator = torch.Generator(device=device).manual_seed(s.seed)
         model.eval()
-        steps = generate(
-            model,
-            ids,
-            1,
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            greedy=s.greedy,
-            generator=generator,
-            writable=self.run.tokenizer.vocab_size,
-        )
-        chosen = next(iter(steps))
+        one = replace(s, max_new_tokens=1, num_samples=1)
+        chosen = next(iter(generate(model, ids, one, writable=self.run.tokenizer.vocab_size)))
         token = int(chosen.tokens[0])
         return {
             "ids": [*ids, token],
@@ -171,10 +154,11 @@ class Explorer:
             "seed": s.seed,
         }
 
-    def _sample_settings(self, request: dict[str, Any], keys: tuple[str, ...]):
-        """The run's [sample] section with the request's values, each checked as `sample` checks it."""
-        given = {f"sample.{key}": (key, request[key]) for key in keys if request.get(key) is not None}
-        return updated(self.run.cfg, given).sample
+    def _sample_settings(self, request: dict[str, Any]) -> SampleConfig:
+        """The run's [sample] section with the [sample] keys the request names (its `prompt` is the
+        text traced, not a setting), each checked as `sample` checks it."""
+        given = {key: request[key] for key in SAMPLE_SETTINGS if request.get(key) is not None}
+        return updated(self.run.cfg, {"sample": given}).sample
 
 
 # ---------------------------------------------------------------- requests

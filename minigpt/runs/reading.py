@@ -20,11 +20,9 @@ from .identity import check_model_matches
 from .layout import BEST_FILE, CHECKPOINT_FILE, CHECKPOINTS, CONFIG_FILE, TOKENIZER_FILE
 
 
-def saved_config(
-    run_dir: Path, given_as: str = "run", overrides: list[str] | tuple[str, ...] = (), flags: dict | None = None
-) -> Config:
+def saved_config(run_dir: Path, given_as: str = "run", overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """The resolved config a run folder saved (config.toml: the run describes itself), with any
-    overrides and options on top."""
+    overrides on top."""
     saved = Path(run_dir) / CONFIG_FILE
     if not saved.is_file():
         raise MinigptError(
@@ -33,12 +31,10 @@ def saved_config(
             if given_as == "run"
             else f"{option(given_as)} {run_dir} has no {CONFIG_FILE}, so it is not a run folder minigpt can read"
         )
-    return load_config(saved, overrides, flags)
+    return load_config(saved, overrides)
 
 
-def reading_config(
-    config: Path | None, run_dir: Path | None, overrides: list[str], flags: dict[str, tuple[str, Any]] | None = None
-) -> tuple[Config, Path]:
+def reading_config(config: Path | None, run_dir: Path | None, overrides: list[str]) -> tuple[Config, Path]:
     """The config and run folder of a command that reads a run (sample, trace, ...).
 
     `--run DIR` alone: DIR/config.toml, the resolved config the run saved. `-c FILE` alone: that
@@ -52,8 +48,8 @@ def reading_config(
                 f"{option('run')} {run_dir}: no such run folder; train one there first (`minigpt train` with "
                 f"{option('out')} {run_dir})"
             )
-        return saved_config(run_dir, overrides=overrides, flags=flags), run_dir
-    cfg = load_config(config, overrides, flags)
+        return saved_config(run_dir, overrides=overrides), run_dir
+    cfg = load_config(config, overrides)
     return cfg, Path(run_dir) if run_dir is not None else cfg.run_dir
 
 

@@ -8,8 +8,8 @@ The position table is a hard limit. A prompt longer than `context` tokens is ref
 While the text still fits the table, a KV cache lets each step feed only the new token. Past the
 table the model reads a sliding window of the last `context` tokens, recomputed in full each step
 (a learned position table gives every token a new row when the window moves, so no cached key or
-value stays valid); with `slide=False` generation stops once the text fills the table, as the
-book's Mini GPT does. No forward pass ever sees more than `context` positions.
+value stays valid); with `[sample] slide = false` generation stops once the text fills the table,
+as the book's Mini GPT does. No forward pass ever sees more than `context` positions.
 
 Those full recomputes (and every step with `use_cache=False`) run the model's own forward pass on
 the last position only (`last_only`), and on the folded model wherever a fold applies (fold.py: the
@@ -20,8 +20,9 @@ and a cached step on the folded model is only some 20 us faster, for at most `co
 
 Pieces, from pure to plumbing:
     filter_logits, next_token_distribution, choose     one step's distribution and choice
-    generate -> Generation                              iterate Steps; then `.stop_reason`
+    generate -> Generation                              Steps as a [sample] section says; `.stop_reason`
     CompletionText                                      streaming decode and stop text
+    complete                                            prompt text in, SampleResults out
 The command that prints (commands/sample.py) and the benchmark (scripts/bench.py) live elsewhere.
 """
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..config import SampleConfig
 from ..model.cache import KVCache
 from ..model.fold import fold_norms, unfoldable
 from ..model.gpt import MiniGPT, check_context, check_token_ids
@@ -97,35 +99,28 @@ class Step:
 
 class Generation:
     """Iterate to get one `Step` per new token; once the iteration ends by itself, `stop_reason` is
-    "max_new_tokens" or "context_limit" (a caller that stops early, e.g. on stop text, knows why)."""
+    "max_new_tokens" or "context_limit" (a caller that stops early, e.g. on stop text, knows why).
+    It draws as the [sample] section `settings` says; the prompt (its batch) and the stop text are
+    the caller's."""
 
     def __init__(
         self,
         model: MiniGPT,
         prompt: Tensor,
-        max_new_tokens: int,
-        temperature: float,
-        top_k: int,
-        top_p: float,
-        greedy: bool,
-        generator: torch.Generator | None,
+        settings: SampleConfig,
+        generator: torch.Generator,
         use_cache: bool,
-        slide: bool,
         fast_path: bool = True,
         writable: int | None = None,
-        runtime: str = "torch",
     ):
-        self.model, self.prompt = model, prompt
+        self.model, self.prompt, self.settings = model, prompt, settings
         self.writable = writable  # ids 0 .. writable - 1 only: a padded model's extra rows are never drawn
-        self.max_new_tokens = max_new_tokens
-        self.temperature, self.top_k, self.top_p, self.greedy = temperature, top_k, top_p, greedy
-        self.generator, self.use_cache, self.slide = generator, use_cache, slide
+        self.generator, self.use_cache = generator, use_cache
         self.stop_reason: str | None = None
         # A model someone hooks is sampled as it is: its hooks see every pass (model/hooks.py).
         self._hooked = hooked(model)
         self._foldable = fast_path and not self._hooked and unfoldable(model) is None
         self._folded: MiniGPT | None = None
-        self.runtime = runtime
         self._window_runtime = None  # onnx_window.WindowRuntime, built at the first full window
 
     def _recompute(self, window: Tensor) -> Tensor:
@@ -135,7 +130,7 @@ class Generation:
         if self._folded is None and self._foldable:
             self._folded = fold_norms(self.model)
         model = self.model if self._folded is None else self._folded
-        if self.runtime == "onnxruntime" and window.shape[1] == model.context and not self._hooked:
+        if self.settings.runtime == "onnxruntime" and window.shape[1] == model.context and not self._hooked:
             if self._window_runtime is None:
                 from .onnx_window import WindowRuntime  # the onnx extra: imported only when chosen
 
@@ -144,15 +139,15 @@ class Generation:
         return model(window, last_only=True)[0][:, -1]
 
     def __iter__(self) -> Iterator[Step]:
-        model, context = self.model, self.model.context
+        model, context, s = self.model, self.model.context, self.settings
         batch, length = self.prompt.shape
         with torch.inference_mode():
             # One buffer for the whole text, written in place: no concatenation per token.
-            text = self.prompt.new_empty((batch, length + self.max_new_tokens))
+            text = self.prompt.new_empty((batch, length + s.max_new_tokens))
             text[:, :length] = self.prompt
             cache = KVCache(len(model.blocks), context) if self.use_cache else None
-        for index in range(self.max_new_tokens):
-            if length >= context and not self.slide:
+        for index in range(s.max_new_tokens):
+            if length >= context and not s.slide:
                 self.stop_reason = "context_limit"  # the text fills the table; every token has a row
                 return
             with torch.inference_mode():
@@ -164,8 +159,8 @@ class Generation:
                     logits = self._recompute(text[:, max(0, length - context) : length])
                 if self.writable is not None:
                     logits = logits[:, : self.writable]
-                probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
-                tokens = choose(logits, probs, self.greedy, self.generator)
+                probs = next_token_distribution(logits, s.temperature, s.top_k, s.top_p)
+                tokens = choose(logits, probs, s.greedy, self.generator)
                 chosen = probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
                 text[:, length] = tokens
             length += 1
@@ -176,27 +171,22 @@ class Generation:
 def generate(
     model: MiniGPT,
     prompt_ids: Sequence[int] | Tensor,
-    max_new_tokens: int,
+    settings: SampleConfig,
     *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    greedy: bool = False,
     generator: torch.Generator | None = None,
-    num_samples: int = 1,
     use_cache: bool = True,
-    slide: bool = True,
     fast_path: bool = True,
     writable: int | None = None,
-    runtime: str = "torch",
 ) -> Generation:
-    """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) for up to `max_new_tokens` tokens, as
-    `num_samples` rows of one batch (a [T] prompt is repeated; a [B, T] one is taken as it is).
+    """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) as the [sample] section `settings` says:
+    up to `max_new_tokens` tokens, as `num_samples` rows of one batch (a [T] prompt is repeated; a
+    [B, T] one is taken as it is).
 
-    `generator` (on the model's device) makes sampling reproducible without touching the global RNG.
+    The draws come from `generator`, or where none is given from one seeded with `settings.seed` on
+    the model's device: reproducible without touching the global RNG.
     `use_cache=False` recomputes the whole window every step: the reference the KV cache must match.
     `fast_path=False` makes every full recompute run the model itself instead of its folded copy.
-    `runtime="onnxruntime"` runs the full windows past the table on onnxruntime (onnx_window.py).
+    `runtime = "onnxruntime"` runs the full windows past the table on onnxruntime (onnx_window.py).
     `writable`: how many ids the tokenizer can write, when the model has more rows than that
     (nanoGPT pads GPT-2's 50,257 ids to 50,304 rows): only those ids are ever drawn, the
     distribution normalised over them. The model should be in eval mode (dropout would make every
@@ -205,11 +195,11 @@ def generate(
     device = next(model.parameters()).device
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
     if prompt.dim() == 1:
-        prompt = prompt.unsqueeze(0).expand(num_samples, -1)
+        prompt = prompt.unsqueeze(0).expand(settings.num_samples, -1)
     if prompt.dim() != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt_ids must be a non-empty [T] or [B, T] sequence, got shape {list(prompt.shape)}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be at least 0, got {max_new_tokens}")
+    if settings.max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be at least 0, got {settings.max_new_tokens}")
     # Refused, never cropped: cropping silently would hide the problem.
     check_context(
         prompt.shape[1],
@@ -221,17 +211,11 @@ def generate(
     return Generation(
         model,
         prompt.contiguous(),
-        max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        greedy,
-        generator,
+        settings,
+        generator if generator is not None else torch.Generator(device=device).manual_seed(settings.seed),
         use_cache,
-        slide,
         fast_path,
         writable=writable if writable is not None and writable < model.vocab_size else None,
-        runtime=runtime,
     )
 
 
@@ -326,7 +310,7 @@ def complete(
     model: MiniGPT,
     tokenizer,
     prompt: str,
-    settings,
+    settings: SampleConfig,
     *,
     on_text: Callable[[str], None] | None = None,
     use_cache: bool = True,
@@ -342,23 +326,7 @@ def complete(
         require()  # a missing extra is refused before any token
     text = prompt if prompt else "\n"
     prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(s.seed)
-    generation = generate(
-        model,
-        prompt_ids,
-        s.max_new_tokens,
-        temperature=s.temperature,
-        top_k=s.top_k,
-        top_p=s.top_p,
-        greedy=s.greedy,
-        generator=generator,
-        num_samples=s.num_samples,
-        use_cache=use_cache,
-        slide=s.slide,
-        writable=tokenizer.vocab_size,
-        runtime=s.runtime,
-    )
+    generation = generate(model, prompt_ids, s, use_cache=use_cache, writable=tokenizer.vocab_size)
     samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
     stream = on_text if s.num_samples == 1 else None
     if stream:

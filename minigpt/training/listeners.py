@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import failpoints
-from ..config import Config
+from ..config import Config, SampleConfig
 from ..errors import MinigptError
 from ..io import atomic_write_text
 from ..model.gpt import MiniGPT
@@ -114,24 +113,19 @@ class Sampler(Listener):
     def __init__(self, session: Session, show: Callable[[int, str], None]):
         self.session, self.show = session, show
         tc = session.cfg.train
-        self.every, self.tokens = tc.sample_every, tc.sample_tokens
+        self.every = tc.sample_every
+        # Drawn from the model's own distribution (temperature 1, no filter), whatever [sample] says.
+        self.settings = SampleConfig(max_new_tokens=tc.sample_tokens, temperature=1.0)
         self.prompt = session.corpus.tokenizer.encode(tc.sample_prompt or "\n")  # start() checked its length
 
     def on_step(self, event: StepDone) -> None:
         if not self.every or event.step % self.every:
             return
         s = self.session
-        generator = torch.Generator(device=s.device).manual_seed(s.cfg.train.seed + event.step)
+        settings = replace(self.settings, seed=s.cfg.train.seed + event.step)
         s.model.eval()
         try:
-            steps = generate(
-                s.model,
-                self.prompt,
-                self.tokens,
-                temperature=1.0,
-                generator=generator,
-                writable=s.corpus.tokenizer.vocab_size,
-            )
+            steps = generate(s.model, self.prompt, settings, writable=s.corpus.tokenizer.vocab_size)
             ids = [int(step.tokens[0]) for step in steps]
         finally:
             s.model.train()
