@@ -41,7 +41,13 @@ def _show_version(value: bool) -> None:
 def _run(options: Options, **root: Any) -> None:
     """After Typer has parsed a command line into a command's options (`root` holds the options
     given before the command, which root() reads): run the command, minigpt.commands.<module>.main."""
-    importlib.import_module(f"{__package__}.commands.{MODULES[type(options)]}").main(options)
+    command = importlib.import_module(f"{__package__}.commands.{MODULES[type(options)]}")
+    try:
+        command.main(options)
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) outside the training loop; Typer would end silently
+        if _speaks_for_all():
+            typer.echo("minigpt: interrupted", err=True)
+        raise typer.Exit(130) from None
 
 
 @app.callback(result_callback=_run)
@@ -109,7 +115,7 @@ def main() -> None:
         if _speaks_for_all():
             typer.echo(f"minigpt: error: {message}; see '{command} --help'", err=True)
         code = exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside the training loop
+    except (typer.Abort, KeyboardInterrupt):  # Ctrl-C while the command line is read
         if _speaks_for_all():
             typer.echo("minigpt: interrupted", err=True)
         code = 130

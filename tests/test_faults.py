@@ -400,3 +400,29 @@ def test_a_damaged_token_cache_is_encoded_again(cli, tiny_config, tmp_path, isol
         torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["model"]["head.weight"],
     )
     assert len(ids.read_bytes()) > 100  # the entry was rewritten
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_before_the_training_loop_is_one_line_and_leaves_nothing(tiny_text, tmp_path, sig):
+    """Ctrl-C (or SIGTERM) while the text is being prepared: nothing to save yet, so the command
+    says so in one line and exits 130, and no run folder is left half made."""
+    there, run = tmp_path / "reached", tmp_path / "run"
+    process = subprocess.Popen(
+        minigpt_command("train", "--data", tiny_text, "--out", run, "--steps", "5"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=with_failpoints("tokenizer-fit=announce+sleep:30", there),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's foreground job has it
+    )
+    try:
+        wait_for(lambda: announced(there) == ["tokenizer-fit"], "never reached tokenizer-fit", process)
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert stderr.strip().splitlines()[-1] == "minigpt: interrupted", stderr
+    assert not run.exists() and not list(tmp_path.glob(".run*"))
