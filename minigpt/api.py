@@ -31,7 +31,7 @@ from typing import Any
 from . import failpoints
 from .config import Config, SampleConfig, load_config, updated
 from .device import keep_freed_memory, pick_device, use_threads
-from .errors import MinigptError, option
+from .errors import MinigptError
 from .inspection import interventions as edits
 from .inspection.scoring import Scores, score
 from .inspection.trace import Comparison, Trace, tokens_to_trace, trace_position
@@ -113,8 +113,7 @@ def train(
     def read_config() -> Config:
         if resume and force:
             raise MinigptError(
-                f"{option('resume')} and {option('force')} contradict each other; {option('resume')} continues a "
-                f"run, {option('force')} replaces it"
+                "{resume:on} and {force:on} contradict each other; {resume:on} continues a run, {force:on} replaces it"
             )
         cfg = load_config(config, overrides(set), {"train": train_keys})
         if cfg.train.tensorboard:
@@ -164,10 +163,15 @@ def train(
     if result.diverged is not None:
         d = result.diverged
         raise DivergedError(
-            f"step {d.step}'s loss or gradient is not finite (loss {d.loss}, gradient norm {d.grad_norm}): it was not "
-            f"applied and training stopped; the last good checkpoint (step {saver.last_step}) is intact in "
-            f"{s.cfg.run_dir}. Lower train.learning_rate or set train.grad_clip (for example 1.0) and train again "
-            f"with {option('force')}; {option('resume')} retries from step {saver.last_step} with the same settings"
+            "step {step}'s loss or gradient is not finite (loss {loss}, gradient norm {grad_norm}): it was "
+            "not applied and training stopped; the last good checkpoint (step {last_step}) is intact in "
+            "{run_dir}. Lower train.learning_rate or set train.grad_clip (for example 1.0) and train again "
+            "with {force:on}; {resume:on} retries from step {last_step} with the same settings",
+            step=d.step,
+            loss=d.loss,
+            grad_norm=d.grad_norm,
+            last_step=saver.last_step,
+            run_dir=s.cfg.run_dir,
         )
     return result
 
@@ -224,18 +228,18 @@ def _ignore_copy(signum, frame) -> None:
 
 
 def load(
-    path: str | Path | None = None,
+    run: str | Path | None = None,
     *,
     checkpoint: str = "last",
     config: str | Path | None = None,
     set: Mapping[str, Any] | Sequence[str] = (),
 ) -> Run:
-    """Open a run folder for reading. `path` alone: the run describes itself (its config.toml).
+    """Open a run folder for reading. `run` alone: the run describes itself (its config.toml).
     `config` alone: that TOML file and the run folder it names; both: the file's [sample], device
-    and threads for the run at `path`. `set` overrides config keys ({"sample.top_k": 5} or
+    and threads for the run at `run`. `set` overrides config keys ({"sample.top_k": 5} or
     ["sample.top_k=5"]). `checkpoint`: "last" or "best" (the weights at the lowest validation loss).
     The model is built from the [model] section its checkpoint stores."""
-    cfg, run_dir = reading_config(config, path, overrides(set))
+    cfg, run_dir = reading_config(config, run, overrides(set))
     model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
     return Run(Path(run_dir), cfg, model, tokenizer, checkpoint)
 
@@ -293,7 +297,11 @@ class Run:
         `on_text` is handed the text as it is produced (the prompt first)."""
         unknown = sorted(set(settings) - set(SAMPLE_SETTINGS))
         if unknown:
-            raise MinigptError(f"sample settings {', '.join(unknown)} are unknown; use: {', '.join(SAMPLE_SETTINGS)}")
+            raise MinigptError(
+                "sample settings {unknown} are unknown; use: {known}",
+                unknown=", ".join(unknown),
+                known=", ".join(SAMPLE_SETTINGS),
+            )
         given = {key: value for key, value in settings.items() if value is not None}
         s = updated(self.cfg, {"sample": given}).sample
         # One sample at a time is a chain of tiny matmuls: a second thread only adds waiting (and
@@ -332,8 +340,8 @@ class Run:
         )
         if compare and not changes:
             raise MinigptError(
-                f"{option('compare')} needs at least one intervention ({option('scale')}, "
-                f"{option('replace_residual')}, {option('ablate_head')} or {option('set_input')}) to compare with"
+                "{compare:on} needs at least one intervention ({scale}, {replace_residual}, {ablate_head} or "
+                "{set_input}) to compare with"
             )
         token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
@@ -368,8 +376,10 @@ class Run:
         ids = self.tokenizer.encode(text)  # a char tokenizer names the characters it never saw
         if len(ids) < 2:
             raise MinigptError(
-                f"text to score {data} has {len(ids)} token(s); scoring needs at least two "
-                f"(the first token has no prediction)"
+                "text to score {given} has {n_ids} token(s); scoring needs at least two (the first token "
+                "has no prediction)",
+                given=data,
+                n_ids=len(ids),
             )
         return score(self.model, ids, len(text.encode("utf-8")), writable=self.tokenizer.vocab_size)
 
@@ -383,7 +393,7 @@ class Run:
 
 
 def export(
-    path: str | Path | None = None,
+    run: str | Path | None = None,
     *,
     format: str,
     out: str | Path,
@@ -391,10 +401,10 @@ def export(
     config: str | Path | None = None,
     set: Mapping[str, Any] | Sequence[str] = (),
 ) -> list[Path]:
-    """`load(path, ...)` then `Run.export(format, out)`, with the format and the folder checked
+    """`load(run, ...)` then `Run.export(format, out)`, with the format and the folder checked
     before the model is read (a large one takes a while)."""
     exporting.check_export(format, Path(out))
-    return load(path, checkpoint=checkpoint, config=config, set=set).export(format, out)
+    return load(run, checkpoint=checkpoint, config=config, set=set).export(format, out)
 
 
 # ---------------------------------------------------------------- models from elsewhere
@@ -452,4 +462,4 @@ def metrics(path: str | Path) -> dict[str, list[dict[str, Any]]]:
 
 def read_prompt(path: str | Path) -> str:
     """A prompt kept in a UTF-8 file (refused, saying why, when it cannot be read as text)."""
-    return read_text(path, "prompt file", "prompt_file")[0]
+    return read_text(path, "prompt file")[0]

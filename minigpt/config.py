@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, option
+from .errors import ConfigError, Phrase
 
 
 def _shipped_root() -> Path:
@@ -249,7 +249,7 @@ def _type_name(kind: type) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
 
 
-def _check_paths(section: str, key: str, value: Any, where: str) -> str | list[str]:
+def _check_paths(section: str, key: str, value: Any, where: str | Phrase) -> str | list[str]:
     """A path or a non-empty list of paths; a list of one is that path (so `--data a.txt` and
     `data = ["a.txt"]` are the run `data = "a.txt"` is, and its config.toml says so)."""
     if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
@@ -258,12 +258,16 @@ def _check_paths(section: str, key: str, value: Any, where: str) -> str | list[s
         return value
     literal = _toml_value(value) if isinstance(value, (bool, int, float, list)) else repr(value)
     raise ConfigError(
-        f'{where}: [{section}] {key} = {literal} is not a path or a list of paths; expected e.g. "my.txt" or '
-        f'["a/", "b.txt"] (a file, a folder of *.txt files, or a list of them)'
+        '{where}: [{section}] {key} = {literal} is not a path or a list of paths; expected e.g. "my.txt" '
+        'or ["a/", "b.txt"] (a file, a folder of *.txt files, or a list of them)',
+        where=where,
+        section=section,
+        key=key,
+        literal=literal,
     )
 
 
-def _check_value(section: str, key: str, value: Any, where: str) -> Any:
+def _check_value(section: str, key: str, value: Any, where: str | Phrase) -> Any:
     if (section, key) in PATH_LISTS:
         return _check_paths(section, key, value, where)
     cls = SECTIONS[section]
@@ -282,32 +286,59 @@ def _check_value(section: str, key: str, value: Any, where: str) -> Any:
         else isinstance(value, str)
     )
     if not ok:
-        raise ConfigError(f"{where}: {shown} is not {_type_name(kind)}; expected {_type_name(kind)} ({meta['help']})")
+        raise ConfigError(
+            "{where}: {shown} is not {type_name}; expected {type_name} ({help})",
+            where=where,
+            shown=shown,
+            type_name=_type_name(kind),
+            help=meta["help"],
+        )
     if kind is float:
         value = float(value)
         if not math.isfinite(value):
-            raise ConfigError(f"{where}: {shown} is not finite; expected a finite number")
+            raise ConfigError("{where}: {shown} is not finite; expected a finite number", where=where, shown=shown)
     if meta["choices"] and value not in meta["choices"]:
         allowed = ", ".join(meta["choices"])
         close = difflib.get_close_matches(str(value), meta["choices"], n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}: {shown} is not allowed; choose one of: {allowed}{hint}")
+        raise ConfigError(
+            "{where}: {shown} is not allowed; choose one of: {allowed}{hint}",
+            where=where,
+            shown=shown,
+            allowed=allowed,
+            hint=hint,
+        )
     if meta["positive"] and value <= 0:
-        raise ConfigError(f"{where}: {shown} must be greater than 0")
+        raise ConfigError("{where}: {shown} must be greater than 0", where=where, shown=shown)
     if meta["minimum"] is not None and value < meta["minimum"]:
-        raise ConfigError(f"{where}: {shown} must be at least {meta['minimum']}")
+        raise ConfigError(
+            "{where}: {shown} must be at least {minimum}", where=where, shown=shown, minimum=meta["minimum"]
+        )
     if meta["maximum"] is not None:
         too_big = value >= meta["maximum"] if meta["exclusive_max"] else value > meta["maximum"]
         if too_big:
             word = "below" if meta["exclusive_max"] else "at most"
-            raise ConfigError(f"{where}: {shown} must be {word} {meta['maximum']}")
+            raise ConfigError(
+                "{where}: {shown} must be {word} {maximum}",
+                where=where,
+                shown=shown,
+                word=word,
+                maximum=meta["maximum"],
+            )
     return value
 
 
-def _unknown(name: str, known: list[str], what: str, where: str) -> ConfigError:
+def _unknown(name: str, known: list[str], what: str, where: str | Phrase) -> ConfigError:
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    return ConfigError(f"{where}: unknown {what} {name!r}; {hint}allowed: {', '.join(known)}")
+    return ConfigError(
+        "{where}: unknown {what} {name!r}; {hint}allowed: {join}",
+        where=where,
+        what=what,
+        name=name,
+        hint=hint,
+        join=", ".join(known),
+    )
 
 
 def _resolve_path(value: str, base: Path) -> str:
@@ -315,7 +346,9 @@ def _resolve_path(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
-def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any, where: str, base: Path) -> None:
+def _apply(
+    values: dict[str, dict[str, Any]], section: str, key: str, value: Any, where: str | Phrase, base: Path
+) -> None:
     if section not in SECTIONS:
         raise _unknown(section, list(SECTIONS), "section", where)
     known = [f.name for f in fields(SECTIONS[section])]
@@ -329,11 +362,11 @@ def _apply(values: dict[str, dict[str, Any]], section: str, key: str, value: Any
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`section.key=value` -> (section, key, value). The value is read as TOML, else as a bare string."""
-    where = f"{option('set')} {text}"
+    where = Phrase("{set} {text}", text=text)
     name, sep, raw = text.partition("=")
     section, dot, key = name.strip().partition(".")
     if not sep or not dot or not section or not key:
-        raise ConfigError(f"{where}: expected section.key=value, e.g. {option('set')} model.n_layer=2")
+        raise ConfigError("{where}: expected section.key=value, e.g. {set} model.n_layer=2", where=where)
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
@@ -352,18 +385,27 @@ def _cross_checks(cfg: Config) -> None:
     m, t, tr = cfg.model, cfg.tokenizer, cfg.train
     if m.n_embd % m.n_head:
         raise ConfigError(
-            f"{where}: [model] n_embd = {m.n_embd} is not divisible by n_head = {m.n_head}; "
-            f"choose n_embd a multiple of n_head (e.g. {m.n_head * max(1, m.n_embd // m.n_head)})"
+            "{where}: [model] n_embd = {n_embd} is not divisible by n_head = {n_head}; choose n_embd a "
+            "multiple of n_head (e.g. {value})",
+            where=where,
+            n_embd=m.n_embd,
+            n_head=m.n_head,
+            value=m.n_head * max(1, m.n_embd // m.n_head),
         )
     if t.kind == "bpe" and t.vocab_size < 257:
         raise ConfigError(
-            f'{where}: [tokenizer] vocab_size = {t.vocab_size} is too small for kind = "bpe"; '
-            f"byte-level BPE needs at least 257 (256 bytes plus merges)"
+            '{where}: [tokenizer] vocab_size = {vocab_size} is too small for kind = "bpe"; byte-level BPE '
+            "needs at least 257 (256 bytes plus merges)",
+            where=where,
+            vocab_size=t.vocab_size,
         )
     if tr.min_lr > tr.learning_rate:
         raise ConfigError(
-            f"{where}: [train] min_lr = {tr.min_lr} is above learning_rate = {tr.learning_rate}; "
-            f"set min_lr at most learning_rate"
+            "{where}: [train] min_lr = {min_lr} is above learning_rate = {learning_rate}; set min_lr at most "
+            "learning_rate",
+            where=where,
+            min_lr=tr.min_lr,
+            learning_rate=tr.learning_rate,
         )
 
 
@@ -381,21 +423,24 @@ def load_config(
     if not path.exists():
         if path == DEFAULT_CONFIG:
             raise ConfigError(
-                f"the default config {where} is not installed; install minigpt from its "
-                f"checkout (`pip install -e .` or `pip install .`), or pass your own TOML file as {option('config')}"
+                "the default config {where} is not installed; install minigpt from its checkout (`pip install -e "
+                ".` or `pip install .`), or pass your own TOML file as {config}",
+                where=where,
             )
         raise ConfigError(
-            f"config file {where} does not exist; pass an existing TOML file as {option('config')} "
-            f"(the default is {DEFAULT_CONFIG})"
+            "config file {where} does not exist; pass an existing TOML file as {config} (the default is "
+            "{DEFAULT_CONFIG})",
+            where=where,
+            DEFAULT_CONFIG=DEFAULT_CONFIG,
         )
     if path.is_dir():
-        raise ConfigError(f"config file {where} is a directory; pass a TOML file as {option('config')}")
+        raise ConfigError("config file {where} is a directory; pass a TOML file as {config}", where=where)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where}: not valid TOML ({exc}); fix the syntax") from None
+        raise ConfigError("{where}: not valid TOML ({exc}); fix the syntax", where=where, exc=exc) from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{where}: not UTF-8 text; a config must be a UTF-8 TOML file") from None
+        raise ConfigError("{where}: not UTF-8 text; a config must be a UTF-8 TOML file", where=where) from None
 
     values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     chosen = (
@@ -408,7 +453,7 @@ def load_config(
         if section not in SECTIONS:
             raise _unknown(section, list(SECTIONS), "section", where)
         if not isinstance(table, dict):
-            raise ConfigError(f"{where}: {section} must be a [{section}] table of keys")
+            raise ConfigError("{where}: {section} must be a [{section}] table of keys", where=where, section=section)
         for key, value in table.items():
             _apply(values, section, key, value, where, base)
     for text in overrides:
@@ -416,7 +461,7 @@ def load_config(
         listed = isinstance(value, list) and (section, key) in PATH_LISTS  # train.data=["a/", "b.txt"]
         if _is_text_key(section, key) and not isinstance(value, str) and not listed:
             value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
-        _apply(values, section, key, value, f"{option('set')} {text}", Path.cwd())
+        _apply(values, section, key, value, Phrase("{set} {text}", text=text), Path.cwd())
         chosen.add((section, key))
     _apply_given(values, given or {})
     chosen |= {(section, key) for section, keys in (given or {}).items() for key in keys}
@@ -436,7 +481,7 @@ def _apply_given(values: dict[str, dict[str, Any]], given: Given) -> None:
     for section, keys in given.items():
         for key, value in keys.items():
             shown = " ".join(map(str, value)) if isinstance(value, list) else value
-            _apply(values, section, key, value, f"{option(key)} {shown}", Path.cwd())
+            _apply(values, section, key, value, Phrase("{" + key + "} {shown}", shown=shown), Path.cwd())
 
 
 def updated(cfg: Config, given: Given) -> Config:
@@ -454,15 +499,18 @@ def model_config_from(stored: Any, where: str) -> ModelConfig:
     is only ever built from what it was trained as: no key may be missing, unknown or out of range."""
     if not isinstance(stored, dict):
         raise ConfigError(
-            f"{where} holds no [model] section; it cannot say what model it is, so it is "
-            f"refused: retrain it with this version of minigpt"
+            "{where} holds no [model] section; it cannot say what model it is, so it is refused: retrain it "
+            "with this version of minigpt",
+            where=where,
         )
     known = [f.name for f in fields(ModelConfig)]
     missing = [k for k in known if k not in stored]
     if missing:
         raise ConfigError(
-            f"{where}: its [model] section lacks {', '.join(missing)}; it cannot say what model "
-            f"it is, so it is refused: retrain it with this version of minigpt"
+            "{where}: its [model] section lacks {join}; it cannot say what model it is, so it is refused: "
+            "retrain it with this version of minigpt",
+            where=where,
+            join=", ".join(missing),
         )
     values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
     for key, value in stored.items():

@@ -16,7 +16,8 @@ def pick_device(name: str) -> str:
         return "cuda" if cuda else "mps" if mps else "cpu"
     if (name == "cuda" and not cuda) or (name == "mps" and not mps):
         raise MinigptError(
-            f'[train] device = {name!r} but this machine has no {name}; set [train] device = "auto" (or "cpu")'
+            '[train] device = {name!r} but this machine has no {name}; set [train] device = "auto" (or "cpu")',
+            name=name,
         )
     return name
 
@@ -94,8 +95,9 @@ def pick_precision(name: str, device: str, dtype: str) -> str:
     if dtype != "float32":
         if name == "bfloat16":
             raise MinigptError(
-                f'[train] precision = "bfloat16" needs [model] dtype = "float32" (it is '
-                f'{dtype!r}); use precision = "auto" or "float32"'
+                '[train] precision = "bfloat16" needs [model] dtype = "float32" (it is {dtype!r}); use precision '
+                '= "auto" or "float32"',
+                dtype=dtype,
             )
         return dtype
     if name == "auto":

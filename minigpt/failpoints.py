@@ -101,7 +101,9 @@ def _action(entry: str, text: str) -> tuple[str, str]:
 
 
 def _refused(entry: str, why: str) -> MinigptError:
-    return MinigptError(f"{VARIABLE}: {entry!r}: {why} (see minigpt/failpoints.py)")
+    return MinigptError(
+        "{VARIABLE}: {entry!r}: {why} (see minigpt/failpoints.py)", VARIABLE=VARIABLE, entry=entry, why=why
+    )
 
 
 _armed: dict[str, tuple[Trigger, ...]] | None = None  # read from the environment at the first reach

@@ -78,7 +78,14 @@ def check_memory(needed: int, device: str, what: str, advice: str) -> None:
     than `needed` bytes available; say nothing where the free memory cannot be read."""
     available = available_memory(device)
     if available is not None and needed > available:
-        raise MinigptError(f"{what} needs about {_gib(needed)} but {device} has {_gib(available)} available; {advice}")
+        raise MinigptError(
+            "{what} needs about {gib} but {device} has {gib2} available; {advice}",
+            what=what,
+            gib=_gib(needed),
+            device=device,
+            gib2=_gib(available),
+            advice=advice,
+        )
 
 
 def _gib(n: int) -> str:

@@ -100,7 +100,10 @@ def test_errors_are_minigpt_errors_naming_arguments_not_flags(run_dir, tmp_path)
     assert str(refused.value).startswith("position 9 is beyond the prompt")
     with pytest.raises(minigpt.MinigptError) as refused:
         minigpt.train(out=run_dir, progress=False)
-    assert "already holds a run; pass resume to continue it, force to replace it" in str(refused.value)
+    said = refused.value
+    assert "already holds a run; pass resume=True to continue it, force=True to replace it, or another out" in str(said)
+    assert "pass --resume to continue it, --force to replace it, or another --out" in said.for_command_line
+    assert said.parameters == ("resume", "force", "out") and said.values["run_dir"] == run_dir
     with pytest.raises(minigpt.MinigptError, match="sample settings temprature are unknown"):
         run.sample("RO", temprature=0.5)
     with pytest.raises(minigpt.MinigptError) as refused:

@@ -815,7 +815,7 @@ def test_a_run_folder_a_train_is_writing_is_not_replaced(tmp_path, folder):
     try:
         with pytest.raises(MinigptError) as refused:
             write_run(imported, tmp_path / "run", force=True)
-        assert "is being written by another minigpt train" in one_line(refused)
+        assert "is being written by another training run" in one_line(refused)
     finally:
         lock.release()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [

@@ -100,7 +100,7 @@ def test_a_second_trainer_on_the_same_folder_is_refused_naming_the_first(cli, ti
         )
         for extra in ((), ("--force",), ("--resume",)):
             line = one_line(cli("train", "-c", tiny_config, "--out", run, "--steps", "400", *extra), 2)
-            assert f"run folder {run} is being written by another minigpt train (pid {first.pid})" in line
+            assert f"run folder {run} is being written by another training run (pid {first.pid})" in line
         assert first.poll() is None  # the first one carries on
     finally:
         first.send_signal(signal.SIGKILL)

@@ -212,34 +212,114 @@ def _strings_outside_docstrings(tree: ast.AST) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("path", LIBRARY, ids=lambda p: module_name(p))
 def test_no_library_message_names_a_command_line_flag(path):
     """A library refusal speaks of the thing (the position, the key, the file); where it names a
-    parameter it marks it with errors.option, which the command layer shows as the flag."""
+    parameter it writes a template field ({position}), which each surface spells in its own words."""
     for line, text in _strings_outside_docstrings(ast.parse(path.read_text(encoding="utf-8"))):
         assert not FLAG.search(text), f"{path.name}:{line}: {text!r}"
 
 
-def test_a_marked_option_is_a_flag_on_the_command_line_and_an_argument_in_the_api():
-    from minigpt.errors import MinigptError, option
+def test_a_refusal_names_parameters_as_flags_on_the_command_line_and_arguments_in_the_api():
+    from minigpt.errors import MinigptError, Phrase
 
-    error = MinigptError(f"{option('position')} 9 is beyond the prompt; try {option('set_input')} 1,2")
-    assert str(error) == "position 9 is beyond the prompt; try set_input 1,2"
-    assert error.for_command_line == "--position 9 is beyond the prompt; try --set-input 1,2"
+    error = MinigptError(
+        "{position} {given} is beyond the prompt; try {set_input} 1,2 or {resume:on} ({where}, {raw})",
+        given=9,
+        where=Phrase("{set} {text}", text="train.steps=2"),
+        raw="{not a field}",
+    )
+    assert error.parameters == ("position", "set_input", "resume")  # what it names, as data
+    assert error.values["given"] == 9
+    assert str(error) == (
+        "position 9 is beyond the prompt; try set_input 1,2 or resume=True (set train.steps=2, {not a field})"
+    )
+    assert error.for_command_line == (
+        "--position 9 is beyond the prompt; try --set-input 1,2 or --resume (--set train.steps=2, {not a field})"
+    )
 
 
-def test_every_option_a_library_message_names_is_a_flag_of_some_command():
-    from minigpt.commands.options import COMMANDS, annotations
-    from minigpt.errors import as_flag
-
-    flags = set()
-    for options, _ in COMMANDS.values():
-        for hint in annotations(options).values():
-            for declared in getattr(hint, "__metadata__", ()):  # typer.Option("--data", ...): its names
-                names = [getattr(declared, "default", None), *(getattr(declared, "param_decls", None) or ())]
-                flags |= {flag for name in names if isinstance(name, str) for flag in name.split("/")}
-    named = set()
+def _refusal_templates() -> list[tuple[str, int, str, set[str]]]:
+    """(module, line, template, value names) of every refusal and Phrase the library writes: the
+    first argument of a call of MinigptError or one of its kinds (or a Phrase), its keywords."""
+    found = []
     for path in LIBRARY:
-        named |= set(re.findall(r"option\(['\"]([a-z_]+)['\"]\)", path.read_text(encoding="utf-8")))
-    assert {"resume", "position", "set", "out"} <= named
-    assert {as_flag(name) for name in named} <= flags, {as_flag(name) for name in named} - flags
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name not in REFUSALS:
+                continue
+            template = _constant_text(node.args[0])
+            if template is not None:
+                found.append((module_name(path), node.lineno, template, {k.arg for k in node.keywords}))
+    return found
+
+
+REFUSALS = {
+    "MinigptError",
+    "ConfigError",
+    "Phrase",
+    "ContextTooLongError",
+    "TokenOutOfRangeError",
+    "UnknownStageError",
+    "DivergedError",
+    "RankLost",
+    "RefusedElsewhere",
+}
+
+
+def _constant_text(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _constant_text(node.left), _constant_text(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def test_every_parameter_a_library_message_names_is_a_flag_and_an_api_argument():
+    import inspect
+    import string
+
+    import typer
+
+    import minigpt.api as api
+    from minigpt.cli import app
+    from minigpt.errors import as_flag
+    from minigpt.inspection import trace_text
+
+    def commands(group):
+        for command in getattr(group, "commands", {}).values():
+            yield command
+            yield from commands(command)
+
+    flags = {opt for c in commands(typer.main.get_command(app)) for p in c.params for opt in p.opts + p.secondary_opts}
+    arguments = {
+        name
+        for function in [api.train, api.load, api.export, api.import_hf, api.import_nanogpt]
+        + [getattr(api.Run, m) for m in ("sample", "samples", "trace", "eval", "export")]
+        + [trace_text.render_text, trace_text.render_comparison]  # the renderers a trace is shown with
+        for name in inspect.signature(function).parameters
+    }
+    named = {}
+    for module, line, template, values in _refusal_templates():
+        for _, field, _, _ in string.Formatter().parse(template):
+            if field and field not in values:
+                named.setdefault(field, f"{module}:{line}")
+    assert {"resume", "position", "set", "out", "init_from"} <= set(named)
+    not_flags = {name: where for name, where in named.items() if as_flag(name) not in flags}
+    assert not not_flags, not_flags
+    # a parameter only the command line has (its file options) is named in the command layer alone
+    not_arguments = {name: where for name, where in named.items() if name not in arguments}
+    assert not not_arguments, not_arguments
+
+
+def test_every_refusal_template_is_well_formed():
+    from minigpt.errors import fields
+
+    templates = _refusal_templates()
+    assert len(templates) > 150  # the library's refusals, as written
+    for module, line, template, values in templates:
+        names = fields(template)  # a stray brace fails here, naming where it is
+        assert not {v for v in values if v not in names} - {"exc"}, (module, line, template, values)
 
 
 def _sample_keys_named(node: ast.AST, keys: set[str]) -> list[str]:

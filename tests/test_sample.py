@@ -480,11 +480,11 @@ def test_prompt_file_refusals(char_run, tmp_path):
     missing = tmp_path / "missing.txt"
     assert (
         refused("-c", char_run, "--prompt-file", missing)
-        == f"minigpt: error: prompt file {missing} does not exist; pass an existing UTF-8 file with --prompt-file"
+        == f"minigpt: error: prompt file {missing} does not exist; pass an existing UTF-8 file"
     )
     assert (
         refused("-c", char_run, "--prompt-file", tmp_path)
-        == f"minigpt: error: prompt file {tmp_path} is a directory; pass a UTF-8 text file with --prompt-file"
+        == f"minigpt: error: prompt file {tmp_path} is a directory; pass a UTF-8 text file"
     )
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")

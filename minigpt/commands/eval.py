@@ -9,7 +9,7 @@ import math
 
 import typer
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..io import atomic_write_text
 from .common import opened, user_errors
 from .options import EvalOptions
@@ -37,8 +37,9 @@ def main(o: EvalOptions) -> None:
                 atomic_write_text(o.per_token, "".join(line + "\n" for line in lines))
             except OSError as exc:
                 raise MinigptError(
-                    f"{option('per_token')} {o.per_token} cannot be written ({exc.strerror or exc}); "
-                    f"choose another path"
+                    "{per_token} {given} cannot be written ({reason}); choose another path",
+                    given=o.per_token,
+                    reason=exc.strerror or exc,
                 ) from None
         context = run.model.context
         summary = {

@@ -65,7 +65,10 @@ def main(o: ExploreOptions) -> None:
             server = (Server6 if ":" in o.host else Server)((o.host, o.port), handler)
         except OSError as exc:
             raise MinigptError(
-                f"cannot serve on {o.host}:{o.port} ({exc.strerror or exc}); choose another --port"
+                "cannot serve on {host}:{port} ({reason}); choose another --port",
+                host=o.host,
+                port=o.port,
+                reason=exc.strerror or exc,
             ) from None
     port = server.server_address[1]
     handler.served = Served(o.host, port)  # known once bound: --port 0 takes any free port
@@ -216,7 +219,7 @@ def _handler(explorer: Explorer, files: dict[str, tuple[bytes, str]]) -> type[Ba
             if answer is None:
                 raise Refused(HTTPStatus.NOT_FOUND, f"no endpoint at {self.path}")
             if body is None:
-                raise MinigptError(f"the request body must be 1..{MAX_BODY} bytes of JSON")
+                raise MinigptError("the request body must be 1..{MAX_BODY} bytes of JSON", MAX_BODY=MAX_BODY)
             request = json.loads(body.decode("utf-8"))
             with lock:
                 start = time.perf_counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import api
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..inspection.plot import curves_figure, save_png, text_curves
 from .common import shown_path, user_errors
 from .options import PlotOptions
@@ -14,7 +14,7 @@ from .options import PlotOptions
 def main(o: PlotOptions) -> None:
     with user_errors():
         if o.x not in ("step", "time"):
-            raise MinigptError(f"{option('x')} {o.x!r} is not one of: step, time")
+            raise MinigptError("{x} {given!r} is not one of: step, time", given=o.x)
         names = [shown_path(run) for run in o.runs]
         if len(set(names)) < len(names):
             raise MinigptError("the same run is given twice; name each run once")

@@ -11,7 +11,7 @@ import json
 import sys
 
 from .. import api
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from .common import opened, user_errors
 from .options import SampleOptions
 
@@ -19,9 +19,7 @@ from .options import SampleOptions
 def main(o: SampleOptions) -> None:
     with user_errors():
         if o.prompt is not None and o.prompt_file is not None:
-            raise MinigptError(
-                f"{option('prompt')} and {option('prompt_file')} were both given; pass the prompt one way"
-            )
+            raise MinigptError("{prompt} and {prompt_file} were both given; pass the prompt one way")
         run = opened(o)
         settings = {key: value for key, value in o.config_values()["sample"].items() if key != "prompt"}
         prompt = (

@@ -24,7 +24,7 @@ import torch
 from ..api import SAMPLE_SETTINGS, Run
 from ..config import SampleConfig, updated
 from ..device import use_threads
-from ..errors import MinigptError, option
+from ..errors import MinigptError, parameter
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
@@ -70,7 +70,7 @@ class Explorer:
         arguments = _trace_arguments(request)
         views = request.get("views", False)
         if not isinstance(views, bool):
-            raise MinigptError(f"views {views!r} must be true or false")
+            raise MinigptError("views {views!r} must be true or false", views=views)
         result = self.run.trace(**arguments)
         self._remember(arguments, result)
         out = result.as_dict()
@@ -136,8 +136,11 @@ class Explorer:
         model = self.run.model
         if len(ids) >= model.context:
             raise MinigptError(
-                f"the prompt has {len(ids)} tokens and fills the position table ({model.context} rows): the next "
-                f"token would stand at position {model.context}, which the model has no row for; shorten the prompt"
+                "the prompt has {n_ids} tokens and fills the position table ({given} rows): the next "
+                "token would stand at position {given}, which the model has no row for; shorten the "
+                "prompt",
+                n_ids=len(ids),
+                given=model.context,
             )
         use_threads(self.run.cfg.train.threads or 1)  # as `sample` runs one sample
         model.eval()
@@ -170,17 +173,17 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
         raise MinigptError("the request must be a JSON object")
     text, ids, position = request.get("prompt"), request.get("ids"), request.get("position")
     if text is not None and not isinstance(text, str):
-        raise MinigptError(f"{option('prompt')} {text!r} must be a string")
+        raise MinigptError("{prompt} {text!r} must be a string", text=text)
     if ids is not None and not (isinstance(ids, str) or _integers(ids)):
-        raise MinigptError(f'{option("ids")} {ids!r} must be a list of integers or a string such as "3,1,4"')
+        raise MinigptError('{ids} {given!r} must be a list of integers or a string such as "3,1,4"', given=ids)
     if position is not None and (not isinstance(position, int) or isinstance(position, bool)):
-        raise MinigptError(f"{option('position')} {position!r} is not an integer")
+        raise MinigptError("{position} {given!r} is not an integer", given=position)
     set_input = request.get("set_input") or None
     if set_input is not None and not isinstance(set_input, str):
-        raise MinigptError(f'{option("set_input")} {set_input!r} must be a string such as "2,2,2,2"')
+        raise MinigptError('{set_input} {given!r} must be a string such as "2,2,2,2"', given=set_input)
     at_position = request.get("at_position", False)
     if not isinstance(at_position, bool):
-        raise MinigptError(f"{option('at_position')} {at_position!r} must be true or false")
+        raise MinigptError("{at_position} {given!r} must be true or false", given=at_position)
     return {
         "prompt": text,
         "ids": ids,
@@ -200,7 +203,7 @@ def _integers(value: Any) -> bool:
 def _strings(request: dict[str, Any], key: str) -> list[str]:
     value = request.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise MinigptError(f'{option(key)} must be a list of strings, e.g. ["0.attention=0"]')
+        raise MinigptError('{parameter} must be a list of strings, e.g. ["0.attention=0"]', parameter=parameter(key))
     return value
 
 

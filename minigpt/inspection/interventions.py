@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError, Phrase, parameter
 from ..model import stages
 from ..model.gpt import MiniGPT
 from ..model.recorder import Replacement
@@ -71,12 +71,16 @@ def _block(block: int | None) -> str:
     return "all" if block is None else str(block)
 
 
-def _blocks(block: int | None, n_layer: int, what: str) -> list[int]:
+def _blocks(block: int | None, n_layer: int, what: str | Phrase) -> list[int]:
     if block is None:
         return list(range(n_layer))
     if not 0 <= block < n_layer:
         raise MinigptError(
-            f"{what}: block {block} does not exist; the model has {n_layer} block(s), 0..{n_layer - 1}, or use 'all'"
+            "{what}: block {block} does not exist; the model has {n_layer} block(s), 0..{last}, or use 'all'",
+            what=what,
+            block=block,
+            n_layer=n_layer,
+            last=n_layer - 1,
         )
     return [block]
 
@@ -88,28 +92,37 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
         if isinstance(item, Scale):
             if item.stage not in stages.SCALABLE:
                 raise MinigptError(
-                    f"{option('scale')} {_block(item.block)}.{item.stage}: unknown stage {item.stage!r}; "
-                    f"scale one of: {', '.join(stages.SCALABLE)}"
+                    "{scale} {block}.{stage}: unknown stage {stage!r}; scale one of: {join}",
+                    block=_block(item.block),
+                    stage=item.stage,
+                    join=", ".join(stages.SCALABLE),
                 )
             if not math.isfinite(item.factor):
                 raise MinigptError(
-                    f"{option('scale')} {_block(item.block)}.{item.stage}={item.factor}: the factor must be "
-                    f"a finite number, e.g. 0, 0.5 or 2"
+                    "{scale} {block}.{stage}={factor}: the factor must be a finite number, e.g. 0, 0.5 or 2",
+                    block=_block(item.block),
+                    stage=item.stage,
+                    factor=item.factor,
                 )
         if isinstance(item, (Scale, ReplaceResidual, AblateHead)):
-            _blocks(item.block, cfg.n_layer, option(str(item).split(" ")[0].replace("-", "_")))
+            _blocks(item.block, cfg.n_layer, parameter(str(item).split(" ")[0].replace("-", "_")))
         if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
             raise MinigptError(
-                f"{option('ablate_head')} {_block(item.block)}.{item.head}: head {item.head} does not exist; "
-                f"the model has {cfg.n_head} heads, 0..{cfg.n_head - 1}"
+                "{ablate_head} {block}.{head}: head {head} does not exist; the model has {n_head} heads, 0..{last}",
+                block=_block(item.block),
+                head=item.head,
+                n_head=cfg.n_head,
+                last=cfg.n_head - 1,
             )
         if isinstance(item, SetInput) and len(item.vector) != cfg.n_embd:
             raise MinigptError(
-                f"{option('set_input')} has {len(item.vector)} numbers but the model's width is {cfg.n_embd}; "
-                f"give exactly {cfg.n_embd} comma-separated numbers"
+                "{set_input} has {n_vector} numbers but the model's width is {n_embd}; give exactly {n_embd} "
+                "comma-separated numbers",
+                n_vector=len(item.vector),
+                n_embd=cfg.n_embd,
             )
         if isinstance(item, SetInput) and not all(math.isfinite(v) for v in item.vector):
-            raise MinigptError(f"{option('set_input')}: every number must be finite")
+            raise MinigptError("{set_input}: every number must be finite")
 
 
 def replacements(
@@ -194,45 +207,49 @@ def parse(
     heads, width) is checked when the model is known (`check`)."""
     out: list[Intervention] = []
     for text in scale:
-        where = f"{option('scale')} {text}"
+        where = Phrase("{scale} {text}", text=text)
         target, sep, factor = text.partition("=")
         block, dot, stage = target.partition(".")
         if not sep or not dot:
             raise MinigptError(
-                f"{option('scale')} {text!r}: expected BLOCK.STAGE=FACTOR, e.g. {option('scale')} 0.attention=0 "
-                f"or {option('scale')} all.ffn=0.5"
+                "{scale} {text!r}: expected BLOCK.STAGE=FACTOR, e.g. {scale} 0.attention=0 or {scale} all.ffn=0.5",
+                text=text,
             )
         out.append(Scale(_block_index(block, where), stage.strip(), _number(factor, where)))
     for text in replace_residual:
-        out.append(ReplaceResidual(_block_index(text, f"{option('replace_residual')} {text}")))
+        out.append(ReplaceResidual(_block_index(text, Phrase("{replace_residual} {text}", text=text))))
     for text in ablate_head:
-        where = f"{option('ablate_head')} {text}"
+        where = Phrase("{ablate_head} {text}", text=text)
         block, dot, head = text.partition(".")
         if not dot:
-            raise MinigptError(
-                f"{option('ablate_head')} {text!r}: expected BLOCK.HEAD, e.g. {option('ablate_head')} 0.1"
-            )
+            raise MinigptError("{ablate_head} {text!r}: expected BLOCK.HEAD, e.g. {ablate_head} 0.1", text=text)
         out.append(AblateHead(_block_index(block, where), _integer(head, where, "head")))
     if set_input is not None:
-        out.append(SetInput(tuple(_number(v, option("set_input")) for v in set_input.split(","))))
+        out.append(SetInput(tuple(_number(v, parameter("set_input")) for v in set_input.split(","))))
     return out
 
 
-def _block_index(text: str, where: str) -> int | None:
+def _block_index(text: str, where: str | Phrase) -> int | None:
     text = text.strip()
     return None if text == "all" else _integer(text, where, "block")
 
 
-def _integer(text: str, where: str, what: str) -> int:
+def _integer(text: str, where: str | Phrase, what: str) -> int:
     try:
         return int(text.strip())
     except ValueError:
         advice = "; give a block index or 'all'" if what == "block" else ""
-        raise MinigptError(f"{where}: {what} {text.strip()!r} is not an integer{advice}") from None
+        raise MinigptError(
+            "{where}: {what} {strip!r} is not an integer{advice}",
+            where=where,
+            what=what,
+            strip=text.strip(),
+            advice=advice,
+        ) from None
 
 
-def _number(text: str, where: str) -> float:
+def _number(text: str, where: str | Phrase) -> float:
     try:
         return float(text.strip())
     except ValueError:
-        raise MinigptError(f"{where}: {text.strip()!r} is not a number") from None
+        raise MinigptError("{where}: {strip!r} is not a number", where=where, strip=text.strip()) from None

@@ -23,7 +23,7 @@ def _pyplot():
             matplotlib.use("Agg")  # no window, no display needed
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MinigptError(f"plotting needs matplotlib, which is not installed; {EXTRA}") from None
+        raise MinigptError("plotting needs matplotlib, which is not installed; {EXTRA}", EXTRA=EXTRA) from None
     return plt
 
 
@@ -110,7 +110,9 @@ def save_png(figure, path: Path) -> None:
     try:
         atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=100), binary=True)
     except OSError as exc:
-        raise MinigptError(f"{path} cannot be written ({exc.strerror or exc}); choose another file") from None
+        raise MinigptError(
+            "{path} cannot be written ({reason}); choose another file", path=path, reason=exc.strerror or exc
+        ) from None
     finally:
         import matplotlib.pyplot as plt
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
 from ..model.gpt import MiniGPT, check_context, check_token_ids
@@ -31,44 +31,43 @@ from .interventions import Intervention, replacements
 # ---------------------------------------------------------------- input checks (one-line refusals)
 
 
-GIVE_TOKENS = f"pass {option('prompt')} TEXT or {option('ids')} 3,1,4"
+GIVE_TOKENS = Phrase("pass {prompt} TEXT or {ids} 3,1,4")
 
 
 def tokens_to_trace(tokenizer: TextTokenizer, prompt: str | None, ids: str | Sequence[int] | None) -> list[int]:
     """The ids a trace follows, from exactly one of a prompt or ids (a list, or "3,1,4")."""
     if (prompt is None) == (ids is None):
-        raise MinigptError(
-            f"give the tokens to trace with exactly one of {option('prompt')} TEXT or {option('ids')} 3,1,4"
-        )
+        raise MinigptError("give the tokens to trace with exactly one of {prompt} TEXT or {ids} 3,1,4")
     if ids is not None:
         ids = parse_ids(ids) if isinstance(ids, str) else list(ids)
         if not ids:
-            raise MinigptError(f"{option('ids')} is empty; give at least one token id, e.g. {option('ids')} 3,1,4")
+            raise MinigptError("{ids} is empty; give at least one token id, e.g. {ids} 3,1,4")
         return ids
     if prompt == "":
-        raise MinigptError(f"the prompt is empty; trace needs at least one token: {GIVE_TOKENS}")
+        raise MinigptError("the prompt is empty; trace needs at least one token: {give}", give=GIVE_TOKENS)
     return tokenizer.encode(prompt)  # a char tokenizer refuses characters it never saw
 
 
 def parse_ids(text: str) -> list[int]:
     """`3,1,4` -> [3, 1, 4]; anything but comma-separated integers is refused."""
     if not text.strip():
-        raise MinigptError(f"{option('ids')} is empty; trace needs at least one token id, e.g. {option('ids')} 3,1,4")
+        raise MinigptError("{ids} is empty; trace needs at least one token id, e.g. {ids} 3,1,4")
     ids = []
     for part in text.split(","):
         try:
             ids.append(int(part.strip()))
         except ValueError:
             raise MinigptError(
-                f"{option('ids')} {text!r}: {part.strip()!r} is not an integer; give comma-separated "
-                f"token ids, e.g. {option('ids')} 3,1,4"
+                "{ids} {text!r}: {strip!r} is not an integer; give comma-separated token ids, e.g. {ids} 3,1,4",
+                text=text,
+                strip=part.strip(),
             ) from None
     return ids
 
 
 def check_ids(model: MiniGPT, ids: list[int]) -> None:
     if not ids:
-        raise MinigptError(f"the prompt has no tokens; trace needs at least one: {GIVE_TOKENS}")
+        raise MinigptError("the prompt has no tokens; trace needs at least one: {give}", give=GIVE_TOKENS)
     check_context(len(ids), model.context, "the prompt", "shorten the prompt")
     check_token_ids(ids, model.vocab_size)
     # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
@@ -87,8 +86,11 @@ def resolve_position(position: int | None, length: int) -> int:
     index = position + length if position < 0 else position
     if not 0 <= index < length:
         raise MinigptError(
-            f"{option('position')} {position} is beyond the prompt: it has {length} token(s), positions "
-            f"0..{length - 1} (or -{length}..-1 from the end)"
+            "{position} {given} is beyond the prompt: it has {length} token(s), positions "
+            "0..{value} (or -{length}..-1 from the end)",
+            given=position,
+            length=length,
+            value=length - 1,
         )
     return index
 
@@ -99,8 +101,11 @@ def resolve_blocks(block: int | None, n_layer: int) -> list[int]:
     index = block + n_layer if block < 0 else block
     if not 0 <= index < n_layer:
         raise MinigptError(
-            f"{option('block')} {block} does not exist: the model has {n_layer} block(s), "
-            f"0..{n_layer - 1} (or -{n_layer}..-1 from the end)"
+            "{block} {given} does not exist: the model has {n_layer} block(s), 0..{value} (or "
+            "-{n_layer}..-1 from the end)",
+            given=block,
+            n_layer=n_layer,
+            value=n_layer - 1,
         )
     return [index]
 
@@ -181,7 +186,9 @@ class Trace:
         if key not in self.recorded:
             scope = stages.block_prefix(block) + "." if block is not None else ""
             known = ", ".join(k for k in self.recorded if k.startswith(scope))
-            raise MinigptError(f"the trace has no stage {key!r}; it recorded: {known or 'no such block'}")
+            raise MinigptError(
+                "the trace has no stage {key!r}; it recorded: {known}", key=key, known=known or "no such block"
+            )
         return self.recorded[key][0]
 
     def as_dict(self) -> dict[str, Any]:
@@ -276,7 +283,7 @@ def trace_position(
     `interventions` change stages of that same pass (at every position, or at the traced one only)."""
     check_ids(model, ids)
     if top < 1:
-        raise MinigptError(f"{option('top')} {top} is too small; show at least 1 next-token candidate")
+        raise MinigptError("{top} {given} is too small; show at least 1 next-token candidate", given=top)
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)

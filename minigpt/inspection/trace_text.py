@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..model.stages import (
     ATTENTION,
     FFN,
@@ -31,7 +31,11 @@ TOKEN_SHOWN = 16  # a token's escaped text is cut to this many characters in tab
 
 def check_digits(digits: int) -> None:
     if not 0 <= digits <= MAX_DIGITS:
-        raise MinigptError(f"{option('digits')} {digits} is out of range; show 0..{MAX_DIGITS} decimals")
+        raise MinigptError(
+            "{digits} {given} is out of range; show 0..{MAX_DIGITS} decimals",
+            given=digits,
+            MAX_DIGITS=MAX_DIGITS,
+        )
 
 
 def number(value: float, digits: int) -> str:

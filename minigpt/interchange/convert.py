@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..config import Config, ModelConfig, SampleConfig, TokenizerConfig, TrainConfig, model_config_from
-from ..errors import MinigptError, option
+from ..errors import MinigptError, Phrase
 from ..io import Progress
 from ..memory import DTYPE_BYTES, MARGIN, check_memory, parameter_count
 from ..model.gpt import MiniGPT
@@ -73,15 +73,23 @@ def literal(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
 
 
-def whole_number(where: str, key: str, value: Any, minimum: int = 1) -> int:
+def whole_number(where: str | Phrase, key: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MinigptError(f"{where}: {key} = {literal(value)} is not an integer of at least {minimum}")
+        raise MinigptError(
+            "{where}: {key} = {literal} is not an integer of at least {minimum}",
+            where=where,
+            key=key,
+            literal=literal(value),
+            minimum=minimum,
+        )
     return value
 
 
-def flag_value(where: str, key: str, value: Any) -> bool:
+def flag_value(where: str | Phrase, key: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise MinigptError(f"{where}: {key} = {literal(value)} is not true or false")
+        raise MinigptError(
+            "{where}: {key} = {literal} is not true or false", where=where, key=key, literal=literal(value)
+        )
     return value
 
 
@@ -91,7 +99,7 @@ def flag_value(where: str, key: str, value: Any) -> bool:
 HALF = {torch.float16, torch.bfloat16}  # widened to float32, which holds each of their values exactly
 
 
-def renamed(tensors: dict[str, Any], where: str, rename: Callable[[str], str]) -> dict[str, tuple[str, Any]]:
+def renamed(tensors: dict[str, Any], where: str | Phrase, rename: Callable[[str], str]) -> dict[str, tuple[str, Any]]:
     """{canonical name: (the file's name, tensor)}, the causal-mask buffers left out (they are not
     parameters); refuses two tensors arriving at one name."""
     out: dict[str, tuple[str, Any]] = {}
@@ -100,7 +108,12 @@ def renamed(tensors: dict[str, Any], where: str, rename: Callable[[str], str]) -
         if gpt2.is_mask_buffer(canonical):
             continue
         if canonical in out:
-            raise MinigptError(f"{where} holds both {out[canonical][0]} and {name}; the file is not one model")
+            raise MinigptError(
+                "{where} holds both {given} and {name}; the file is not one model",
+                where=where,
+                given=out[canonical][0],
+                name=name,
+            )
         out[canonical] = (str(name), tensor)
     return out
 
@@ -109,11 +122,16 @@ def listed(names: list[str]) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def model_dtype(found: dict[str, tuple[str, Any]], where: str) -> str:
+def model_dtype(found: dict[str, tuple[str, Any]], where: str | Phrase) -> str:
     kinds = set()
     for name, tensor in found.values():
         if not isinstance(tensor, torch.Tensor):
-            raise MinigptError(f"{where}: {name} is a {type(tensor).__name__}, not a tensor; the file is damaged")
+            raise MinigptError(
+                "{where}: {name} is a {kind}, not a tensor; the file is damaged",
+                where=where,
+                name=name,
+                kind=type(tensor).__name__,
+            )
         kinds.add(tensor.dtype)
     if kinds == {torch.float64}:
         return "float64"
@@ -121,8 +139,10 @@ def model_dtype(found: dict[str, tuple[str, Any]], where: str) -> str:
         return "float32"
     shown = ", ".join(sorted(str(k).removeprefix("torch.") for k in kinds))
     raise MinigptError(
-        f"{where} holds {shown} tensors; minigpt reads floating-point weights (float16, bfloat16 and float32, "
-        f"or float64 throughout)"
+        "{where} holds {shown} tensors; minigpt reads floating-point weights (float16, bfloat16 and "
+        "float32, or float64 throughout)",
+        where=where,
+        shown=shown,
     )
 
 
@@ -132,7 +152,7 @@ def minigpt_state(
     vocab_size: int,
     rows: int,
     conv1d: bool,
-    where: str,
+    where: str | Phrase,
     progress: Progress,
 ) -> dict[str, torch.Tensor]:
     """The file's tensors under minigpt's names, in minigpt's layouts, each checked for its shape
@@ -150,13 +170,17 @@ def minigpt_state(
     missing = [name for name in theirs.values() if name not in found]
     if missing:
         raise MinigptError(
-            f"{where} lacks {listed(missing)}, which the config's model has; the file is incomplete or not this model"
+            "{where} lacks {listed}, which the config's model has; the file is incomplete or not this model",
+            where=where,
+            listed=listed(missing),
         )
     extra = sorted(found[name][0] for name in set(found) - set(theirs.values()) - ignored)
     if extra:
         raise MinigptError(
-            f"{where} holds {listed(extra)}, which no part of the config's model reads; minigpt imports "
-            f"GPT-2's language model only (no other heads or layers)"
+            "{where} holds {listed}, which no part of the config's model reads; minigpt imports GPT-2's "
+            "language model only (no other heads or layers)",
+            where=where,
+            listed=listed(extra),
         )
     dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
     state: dict[str, torch.Tensor] = {}
@@ -167,8 +191,12 @@ def minigpt_state(
             shape = expected[ours][::-1] if flip else expected[ours]
             if tuple(tensor.shape) != shape:
                 raise MinigptError(
-                    f"{where}: {shown} has shape {list(tensor.shape)} but the config's model needs {list(shape)}; "
-                    f"the weights are not the config's model"
+                    "{where}: {shown} has shape {found_shape} but the config's model needs {needed}; the weights "
+                    "are not the config's model",
+                    where=where,
+                    shown=shown,
+                    found_shape=list(tensor.shape),
+                    needed=list(shape),
                 )
             if flip:
                 tensor = tensor.T
@@ -176,7 +204,9 @@ def minigpt_state(
                 tensor = tensor[: cfg.context]  # --context: the first rows, as nanoGPT's crop_block_size
             owned = torch.empty(tensor.shape, dtype=dtype).copy_(tensor)  # contiguous, exact
             if not bool(torch.isfinite(owned).all()):
-                raise MinigptError(f"{where}: {shown} holds NaN or infinite values; the file is damaged")
+                raise MinigptError(
+                    "{where}: {shown} holds NaN or infinite values; the file is damaged", where=where, shown=shown
+                )
             state[ours] = owned
             advance(1)
     if cfg.tie_embeddings:
@@ -219,23 +249,34 @@ def torch_load(path: Path, what: str) -> Any:
         if re.search(r"Unsupported (global|class)", str(exc)):  # weights_only met a class or function
             # torch's message suggests weights_only=False, which would let the file run code: not shown.
             raise MinigptError(
-                f"{path} holds objects other than tensors and plain values, so it is refused without being "
-                f"run; {what} saved by its own training code holds none"
+                "{path} holds objects other than tensors and plain values, so it is refused without being run; "
+                "{what} saved by its own training code holds none",
+                path=path,
+                what=what,
             ) from None
-        raise MinigptError(f"{path} could not be read as a PyTorch file; it is truncated or damaged") from None
+        raise MinigptError(
+            "{path} could not be read as a PyTorch file; it is truncated or damaged", path=path
+        ) from None
 
 
-def check_rows(tokenizer: TextTokenizer, rows: int, where: str) -> None:
+def check_rows(tokenizer: TextTokenizer, rows: int, where: str | Phrase) -> None:
     """A tokenizer may write fewer ids than the weights have rows (padding), never more."""
     if tokenizer.vocab_size > rows:
         raise MinigptError(
-            f"{where} writes {tokenizer.vocab_size} ids but the weights have {rows} rows (vocab_size); it is "
-            f"not this model's tokenizer: pass the one it was trained with"
+            "{where} writes {vocab_size} ids but the weights have {rows} rows (vocab_size); it is not this "
+            "model's tokenizer: pass the one it was trained with",
+            where=where,
+            vocab_size=tokenizer.vocab_size,
+            rows=rows,
         )
     if rows - tokenizer.vocab_size >= MOST_PADDING:
         raise MinigptError(
-            f"{where} writes {tokenizer.vocab_size} ids but the weights have {rows} rows (vocab_size), more "
-            f"than padding to a round number adds; it is not this model's tokenizer: pass the one it was trained with"
+            "{where} writes {vocab_size} ids but the weights have {rows} rows (vocab_size), more than "
+            "padding to a round number adds; it is not this model's tokenizer: pass the one it was trained "
+            "with",
+            where=where,
+            vocab_size=tokenizer.vocab_size,
+            rows=rows,
         )
 
 
@@ -244,13 +285,15 @@ def kept_rows(context: int | None, rows: int) -> int:
         return rows
     if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= rows:
         raise MinigptError(
-            f"{option('context')} {context}: the position table has {rows} rows, so the context can be cropped to "
-            f"1 .. {rows} of them; choose a number in that range (or leave {option('context')} out to keep all {rows})"
+            "{context} {given}: the position table has {rows} rows, so the context can be cropped to "
+            "1 .. {rows} of them; choose a number in that range (or leave {context} out to keep all {rows})",
+            given=context,
+            rows=rows,
         )
     return context
 
 
-def model_section(settings: dict[str, Any], context: int, dtype: str, where: str) -> ModelConfig:
+def model_section(settings: dict[str, Any], context: int, dtype: str, where: str | Phrase) -> ModelConfig:
     values = {k: v for k, v in settings.items() if k not in ("vocab_size", "rows")}
     values.update(context=context, dtype=dtype, dropout=0.0)
     # every [model] key, the defaults (layernorm, pre-norm) included, checked like a checkpoint's

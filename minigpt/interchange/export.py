@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
 from . import gpt2_layout as gpt2
@@ -32,7 +32,9 @@ def _safetensors():
     try:
         from safetensors.torch import save_file
     except ImportError:
-        raise MinigptError(f"exporting needs the safetensors package, which is not installed; {EXTRA}") from None
+        raise MinigptError(
+            "exporting needs the safetensors package, which is not installed; {EXTRA}", EXTRA=EXTRA
+        ) from None
     return save_file
 
 
@@ -88,7 +90,7 @@ def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]
     refusal = gpt2_refusal(model)
     if refusal:
         raise MinigptError(
-            f"{option('format')} hf cannot express {refusal}; export with {option('format')} safetensors instead"
+            "{format} hf cannot express {refusal}; export with {format} safetensors instead", refusal=refusal
         )
     save_file = _safetensors()
     cfg = model.cfg
@@ -126,12 +128,10 @@ FORMATS = ("safetensors", "hf")
 def check_export(format: str, out: Path) -> None:
     """A known format, and a new folder or an empty one: nothing of the user's is overwritten."""
     if format not in FORMATS:
-        raise MinigptError(f"{option('format')} {format!r} is not one of: {', '.join(FORMATS)}")
+        raise MinigptError("{format} {given!r} is not one of: {join}", given=format, join=", ".join(FORMATS))
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise MinigptError(
-            f"{option('out')} {out} already exists and is not an empty folder; choose another {option('out')}"
-        )
+        raise MinigptError("{out} {given} already exists and is not an empty folder; choose another {out}", given=out)
 
 
 def export(model: MiniGPT, tokenizer: TextTokenizer, format: str, out: Path) -> list[Path]:
@@ -142,5 +142,7 @@ def export(model: MiniGPT, tokenizer: TextTokenizer, format: str, out: Path) -> 
         return export_safetensors(model, out) if format == "safetensors" else export_hf(model, tokenizer, out)
     except OSError as exc:
         raise MinigptError(
-            f"{option('out')} {out} cannot be written ({exc.strerror or exc}); choose another {option('out')}"
+            "{out} {given} cannot be written ({reason}); choose another {out}",
+            given=out,
+            reason=exc.strerror or exc,
         ) from None

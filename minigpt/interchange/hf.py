@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from tokenizers import AddedToken, Tokenizer, models
 
-from ..errors import MinigptError
+from ..errors import MinigptError, Phrase
 from ..io import Progress, file_sha256, no_progress
 from ..text.tokenizer import TextTokenizer, byte_level_tokenizer
 from . import gpt2_layout as gpt2
@@ -54,35 +54,46 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise MinigptError(f"{path} is not UTF-8 text; a GPT-2 folder's config.json is JSON") from None
+        raise MinigptError("{path} is not UTF-8 text; a GPT-2 folder's config.json is JSON", path=path) from None
     except ValueError as exc:
-        raise MinigptError(f"{path} is not valid JSON ({exc}); the folder is damaged") from None
+        raise MinigptError("{path} is not valid JSON ({exc}); the folder is damaged", path=path, exc=exc) from None
     except OSError as exc:
-        raise MinigptError(f"{path} cannot be read ({exc.strerror or exc})") from None
+        raise MinigptError("{path} cannot be read ({reason})", path=path, reason=exc.strerror or exc) from None
     if not isinstance(value, dict):
-        raise MinigptError(f"{path} holds a JSON {type(value).__name__}, not an object; it is not a GPT-2 config")
+        raise MinigptError(
+            "{path} holds a JSON {name}, not an object; it is not a GPT-2 config", path=path, name=type(value).__name__
+        )
     return value
 
 
-def _gpt2_settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
+def _gpt2_settings(raw: dict[str, Any], where: str | Phrase) -> dict[str, Any]:
     """config.json -> the keyword arguments of ModelConfig (less context and dtype) and the vocab
     size, with GPT2Config's defaults for absent keys; what minigpt cannot compute is refused."""
     if "model_type" not in raw:
         raise MinigptError(
-            f"{where} has no model_type; minigpt imports GPT-2 folders (model_type = {literal(gpt2.MODEL_TYPE)}) only"
+            "{where} has no model_type; minigpt imports GPT-2 folders (model_type = {literal}) only",
+            where=where,
+            literal=literal(gpt2.MODEL_TYPE),
         )
     if raw["model_type"] != gpt2.MODEL_TYPE:
         raise MinigptError(
-            f"{where}: model_type = {literal(raw['model_type'])} is not {literal(gpt2.MODEL_TYPE)}; minigpt "
-            f"computes GPT-2's architecture only, so it imports GPT-2 folders only"
+            "{where}: model_type = {literal} is not {literal2}; minigpt computes GPT-2's architecture only, "
+            "so it imports GPT-2 folders only",
+            where=where,
+            literal=literal(raw["model_type"]),
+            literal2=literal(gpt2.MODEL_TYPE),
         )
 
     def get(key: str, default: Any) -> Any:
         alias = gpt2.ALIASES.get(key)
         if key in raw and alias in raw and raw[key] != raw[alias]:
             raise MinigptError(
-                f"{where}: {key} = {literal(raw[key])} and {alias} = {literal(raw[alias])} disagree; "
-                f"they name the same setting"
+                "{where}: {key} = {literal} and {alias} = {literal2} disagree; they name the same setting",
+                where=where,
+                key=key,
+                literal=literal(raw[key]),
+                alias=alias,
+                literal2=literal(raw[alias]),
             )
         return raw.get(key, raw.get(alias, default)) if alias else raw.get(key, default)
 
@@ -94,26 +105,44 @@ def _gpt2_settings(raw: dict[str, Any], where: str) -> dict[str, Any]:
     for key, (default, what) in _ATTENTION_FLAGS.items():
         if flag_value(where, key, get(key, default)) != default:
             raise MinigptError(
-                f"{where}: {key} = {literal(not default)}: it {what}, which minigpt does not compute; "
-                f"only GPT-2 folders with {key} = {literal(default)} can be imported"
+                "{where}: {key} = {literal}: it {what}, which minigpt does not compute; only GPT-2 folders with "
+                "{key} = {literal2} can be imported",
+                where=where,
+                key=key,
+                literal=literal(not default),
+                what=what,
+                literal2=literal(default),
             )
     n_embd, n_head = whole_number(where, *setting("n_embd")), whole_number(where, *setting("n_head"))
     embd_key, head_key = gpt2.SETTINGS["n_embd"].key, gpt2.SETTINGS["n_head"].key
     if n_embd % n_head:
         raise MinigptError(
-            f"{where}: {embd_key} = {n_embd} is not divisible by {head_key} = {n_head}; every head reads an equal "
-            f"share of the width, so this folder is not a model GPT-2 can be"
+            "{where}: {embd_key} = {n_embd} is not divisible by {head_key} = {n_head}; every head reads an "
+            "equal share of the width, so this folder is not a model GPT-2 can be",
+            where=where,
+            embd_key=embd_key,
+            n_embd=n_embd,
+            head_key=head_key,
+            n_head=n_head,
         )
     inner_key, inner = setting("ffn_hidden")
     activation_key, activation = setting("activation")
     if activation not in gpt2.ACTIVATIONS:
         raise MinigptError(
-            f"{where}: {activation_key} = {literal(activation)} is not one minigpt computes; "
-            f"it computes {', '.join(gpt2.ACTIVATIONS)}"
+            "{where}: {activation_key} = {literal} is not one minigpt computes; it computes {join}",
+            where=where,
+            activation_key=activation_key,
+            literal=literal(activation),
+            join=", ".join(gpt2.ACTIVATIONS),
         )
     eps_key, eps = setting("norm_eps")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        raise MinigptError(f"{where}: {eps_key} = {literal(eps)} is not a positive number")
+        raise MinigptError(
+            "{where}: {eps_key} = {literal} is not a positive number",
+            where=where,
+            eps_key=eps_key,
+            literal=literal(eps),
+        )
     return {
         "n_layer": whole_number(where, *setting("n_layer")),
         "n_head": n_head,
@@ -134,18 +163,20 @@ def _safetensors_load(path: Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
     except ImportError:
         raise MinigptError(
-            f"reading {path.name} needs the safetensors package, which is not installed; {EXTRA}"
+            "reading {name} needs the safetensors package, which is not installed; {EXTRA}", name=path.name, EXTRA=EXTRA
         ) from None
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise MinigptError(f"{path} could not be read as safetensors ({exc}); it is truncated or damaged") from None
+        raise MinigptError(
+            "{path} could not be read as safetensors ({exc}); it is truncated or damaged", path=path, exc=exc
+        ) from None
 
 
 # ---------------------------------------------------------------- tokenizers
 
 
-def _supported(tok: Tokenizer, where: str) -> TextTokenizer:
+def _supported(tok: Tokenizer, where: str | Phrase) -> TextTokenizer:
     """`tok` as a TextTokenizer, if its ids and bytes can be read exactly: a byte-level BPE
     (GPT-2's, minigpt's bpe and byte kinds) or one id per character (minigpt's char kind)."""
     spec = json.loads(tok.to_str())
@@ -153,7 +184,11 @@ def _supported(tok: Tokenizer, where: str) -> TextTokenizer:
     decoder = (spec.get("decoder") or {}).get("type")
     vocab = tok.get_vocab()
     if sorted(vocab.values()) != list(range(len(vocab))):
-        raise MinigptError(f"{where}: the token ids are not 0 .. {len(vocab) - 1} each once; the tokenizer is damaged")
+        raise MinigptError(
+            "{where}: the token ids are not 0 .. {value} each once; the tokenizer is damaged",
+            where=where,
+            value=len(vocab) - 1,
+        )
     if decoder == "ByteLevel" and model == "BPE":
         return TextTokenizer(tok)
     if model == "WordLevel" and decoder == "Fuse" and all(len(piece) == 1 for piece in vocab):
@@ -162,8 +197,11 @@ def _supported(tok: Tokenizer, where: str) -> TextTokenizer:
         if text.encode("".join(alphabet)) == sorted(vocab.values()):  # it really splits every character
             return text
     raise MinigptError(
-        f"{where} is a {model} tokenizer with a {decoder} decoder; minigpt reads byte-level BPE "
-        f"tokenizers (GPT-2's) and one-id-per-character ones"
+        "{where} is a {model} tokenizer with a {decoder} decoder; minigpt reads byte-level BPE "
+        "tokenizers (GPT-2's) and one-id-per-character ones",
+        where=where,
+        model=model,
+        decoder=decoder,
     )
 
 
@@ -174,26 +212,37 @@ def read_gpt2_tokenizer(folder: Path) -> tuple[TextTokenizer, str]:
     folder = Path(folder)
     if not folder.is_dir():
         raise MinigptError(
-            f"tokenizer folder {folder} does not exist or is not a folder; pass a folder holding "
-            f"tokenizer.json, or vocab.json and merges.txt"
+            "tokenizer folder {folder} does not exist or is not a folder; pass a folder holding "
+            "tokenizer.json, or vocab.json and merges.txt",
+            folder=folder,
         )
     if (folder / "tokenizer.json").is_file():
         where = folder / "tokenizer.json"
         try:
             tok = Tokenizer.from_file(str(where))
         except Exception as exc:  # the library raises plain Exceptions for malformed files
-            raise MinigptError(f"{where} could not be read as a tokenizer ({exc}); the file is damaged") from None
+            raise MinigptError(
+                "{where} could not be read as a tokenizer ({exc}); the file is damaged", where=where, exc=exc
+            ) from None
         return _supported(tok, str(where)), "tokenizer.json"
     vocab, merges = folder / "vocab.json", folder / "merges.txt"
     if vocab.is_file() != merges.is_file():
         absent = merges if vocab.is_file() else vocab
-        raise MinigptError(f"{folder} has no {absent.name}; a GPT-2 tokenizer needs vocab.json and merges.txt both")
+        raise MinigptError(
+            "{folder} has no {name}; a GPT-2 tokenizer needs vocab.json and merges.txt both",
+            folder=folder,
+            name=absent.name,
+        )
     if not vocab.is_file():
-        raise MinigptError(f"{folder} holds no tokenizer: neither tokenizer.json nor vocab.json + merges.txt")
+        raise MinigptError(
+            "{folder} holds no tokenizer: neither tokenizer.json nor vocab.json + merges.txt", folder=folder
+        )
     try:
         tok = byte_level_tokenizer(models.BPE(*models.BPE.read_file(str(vocab), str(merges))))
     except Exception as exc:
-        raise MinigptError(f"{vocab} and {merges} could not be read as a BPE tokenizer ({exc})") from None
+        raise MinigptError(
+            "{vocab} and {merges} could not be read as a BPE tokenizer ({exc})", vocab=vocab, merges=merges, exc=exc
+        ) from None
     if EOT in tok.get_vocab():
         tok.add_special_tokens([AddedToken(EOT, special=True)])  # already an id: it keeps it
     return _supported(tok, f"{folder} (vocab.json + merges.txt)"), "vocab.json + merges.txt"
@@ -209,18 +258,20 @@ def read_hf_gpt2(folder: Path, context: int | None = None, progress: Progress = 
     folder = Path(folder)
     if not folder.is_dir():
         raise MinigptError(
-            f"{folder} is not a folder; pass a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer)"
+            "{folder} is not a folder; pass a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer)",
+            folder=folder,
         )
     if not (folder / "config.json").is_file():
-        raise MinigptError(f"{folder} has no config.json; it is not a Hugging Face model folder")
+        raise MinigptError("{folder} has no config.json; it is not a Hugging Face model folder", folder=folder)
     settings = _gpt2_settings(_read_json(folder / "config.json"), str(folder / "config.json"))
     crop = kept_rows(context, settings["rows"])
     weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()), None)
     if weights is None:
         sharded = any(folder.glob("*.index.json"))
         raise MinigptError(
-            f"{folder} has no model.safetensors or pytorch_model.bin"
-            + ("; its weights are sharded into several files, which minigpt does not read" if sharded else "")
+            "{folder} has no model.safetensors or pytorch_model.bin{value}",
+            folder=folder,
+            value="; its weights are sharded into several files, which minigpt does not read" if sharded else "",
         )
     tokenizer, tokenizer_files = read_gpt2_tokenizer(folder)
     check_rows(tokenizer, settings["vocab_size"], str(folder / tokenizer_files.split(" ")[0]))
@@ -232,13 +283,18 @@ def read_hf_gpt2(folder: Path, context: int | None = None, progress: Progress = 
         raw = _safetensors_load(weights) if weights.suffix == ".safetensors" else torch_load(weights, "a GPT-2 file")
         advance(1)
     if not isinstance(raw, dict):
-        raise MinigptError(f"{weights} holds a {type(raw).__name__}, not a dict of named tensors")
+        raise MinigptError(
+            "{weights} holds a {name}, not a dict of named tensors", weights=weights, name=type(raw).__name__
+        )
     found = renamed(raw, str(weights), gpt2.prefixed)  # GPT2LMHeadModel's names, or GPT2Model's
     where = str(weights)
     if settings["tie_embeddings"] and head_tied(found) is False:
         raise MinigptError(
-            f"{where}: {gpt2.HEAD.theirs} differs from {gpt2.TOKEN_TABLE.theirs}, but config.json says "
-            f"{gpt2.SETTINGS['tie_embeddings'].key} = true; the folder is inconsistent"
+            "{where}: {theirs} differs from {theirs2}, but config.json says {key} = true; the folder is inconsistent",
+            where=where,
+            theirs=gpt2.HEAD.theirs,
+            theirs2=gpt2.TOKEN_TABLE.theirs,
+            key=gpt2.SETTINGS["tie_embeddings"].key,
         )
     cfg = model_section(settings, crop, model_dtype(found, where), str(folder / "config.json"))
     state = minigpt_state(found, cfg, settings["vocab_size"], settings["rows"], True, where, progress)

@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError, Phrase
 from ..io import Progress, file_sha256, no_progress
 from ..text.tokenizer import TextTokenizer, char_tokenizer
 from .convert import (
@@ -41,21 +41,34 @@ _NANOGPT_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_siz
 _NANOGPT_IGNORED = {"dropout"}  # training only
 
 
-def _nanogpt_settings(args: Any, where: str) -> dict[str, Any]:
+def _nanogpt_settings(args: Any, where: str | Phrase) -> dict[str, Any]:
     if not isinstance(args, dict):
-        raise MinigptError(f"{where}: model_args is a {type(args).__name__}, not nanoGPT's dict of settings")
+        raise MinigptError(
+            "{where}: model_args is a {name}, not nanoGPT's dict of settings", where=where, name=type(args).__name__
+        )
     unknown = sorted(set(map(str, args)) - set(_NANOGPT_ARGS) - _NANOGPT_IGNORED)
     if unknown:
         raise MinigptError(
-            f"{where}: model_args has {', '.join(unknown)}, which nanoGPT's GPTConfig does not; minigpt cannot "
-            f"tell what a modified model computes, so it imports nanoGPT's own model only"
+            "{where}: model_args has {join}, which nanoGPT's GPTConfig does not; minigpt cannot tell what a "
+            "modified model computes, so it imports nanoGPT's own model only",
+            where=where,
+            join=", ".join(unknown),
         )
     missing = [k for k in _NANOGPT_ARGS if k not in args]
     if missing:
-        raise MinigptError(f"{where}: model_args lacks {', '.join(missing)}; it is not a whole nanoGPT checkpoint")
+        raise MinigptError(
+            "{where}: model_args lacks {join}; it is not a whole nanoGPT checkpoint",
+            where=where,
+            join=", ".join(missing),
+        )
     n_embd, n_head = whole_number(where, "n_embd", args["n_embd"]), whole_number(where, "n_head", args["n_head"])
     if n_embd % n_head:
-        raise MinigptError(f"{where}: n_embd = {n_embd} is not divisible by n_head = {n_head}")
+        raise MinigptError(
+            "{where}: n_embd = {n_embd} is not divisible by n_head = {n_head}",
+            where=where,
+            n_embd=n_embd,
+            n_head=n_head,
+        )
     return {
         "n_layer": whole_number(where, "n_layer", args["n_layer"]),
         "n_head": n_head,
@@ -87,10 +100,12 @@ def read_meta(path: Path) -> TextTokenizer:
     are `stoi`'s exactly; a pickle that names any class or function is refused unrun."""
     path = Path(path)
     if not path.is_file():
-        raise MinigptError(f"{option('meta')} {path}: no such file; nanoGPT writes it as data/DATASET/meta.pkl")
+        raise MinigptError("{meta} {path}: no such file; nanoGPT writes it as data/DATASET/meta.pkl", path=path)
     if path.stat().st_size > MAX_META_BYTES:
         raise MinigptError(
-            f"{option('meta')} {path} is {path.stat().st_size:,} bytes, not a character table; pass meta.pkl"
+            "{meta} {path} is {st_size:,} bytes, not a character table; pass meta.pkl",
+            path=path,
+            st_size=path.stat().st_size,
         )
     try:
         with open(path, "rb") as f:
@@ -99,25 +114,32 @@ def read_meta(path: Path) -> TextTokenizer:
         named = str(exc)
         if re.fullmatch(r"[\w.]+\.[\w.]+", named):  # ours: the global it names
             raise MinigptError(
-                f"{option('meta')} {path} names {named}, not plain data, so it is refused without being run; nanoGPT's "
-                f"meta.pkl holds dicts, strings and integers only"
+                "{meta} {path} names {named}, not plain data, so it is refused without being run; nanoGPT's "
+                "meta.pkl holds dicts, strings and integers only",
+                path=path,
+                named=named,
             ) from None
-        raise MinigptError(f"{option('meta')} {path} is not a readable pickle ({exc}); it is damaged") from None
+        raise MinigptError(
+            "{meta} {path} is not a readable pickle ({exc}); it is damaged", path=path, exc=exc
+        ) from None
     except Exception as exc:  # EOFError, ValueError, MemoryError, ... : a damaged or foreign file
         raise MinigptError(
-            f"{option('meta')} {path} is not a readable pickle ({type(exc).__name__}); it is damaged"
+            "{meta} {path} is not a readable pickle ({name}); it is damaged", path=path, name=type(exc).__name__
         ) from None
-    _check_plain(meta, f"{option('meta')} {path}")
-    return _meta_tokenizer(meta, f"{option('meta')} {path}")
+    where = Phrase("{meta} {path}", path=path)
+    _check_plain(meta, where)
+    return _meta_tokenizer(meta, where)
 
 
-def _check_plain(value: Any, where: str) -> None:
+def _check_plain(value: Any, where: str | Phrase) -> None:
     stack, seen = [value], set()
     while stack:  # a loop, not recursion: a deeply nested file must not overflow the stack
         item = stack.pop()
         if not isinstance(item, _PLAIN) or isinstance(item, bool):
             raise MinigptError(
-                f"{where} holds a {type(item).__name__}; nanoGPT's meta.pkl holds dicts, strings and integers only"
+                "{where} holds a {name}; nanoGPT's meta.pkl holds dicts, strings and integers only",
+                where=where,
+                name=type(item).__name__,
             )
         if id(item) in seen:
             continue
@@ -129,22 +151,28 @@ def _check_plain(value: Any, where: str) -> None:
             stack.extend(item)
 
 
-def _meta_tokenizer(meta: Any, where: str) -> TextTokenizer:
+def _meta_tokenizer(meta: Any, where: str | Phrase) -> TextTokenizer:
     if not isinstance(meta, dict) or not all(k in meta for k in ("vocab_size", "stoi", "itos")):
         raise MinigptError(
-            f"{where} is not nanoGPT's char-level meta.pkl (a dict of vocab_size, stoi and itos); BPE datasets "
-            f"have none: pass {option('tokenizer')} DIR (a GPT-2 tokenizer folder) instead"
+            "{where} is not nanoGPT's char-level meta.pkl (a dict of vocab_size, stoi and itos); BPE "
+            "datasets have none: pass {tokenizer} DIR (a GPT-2 tokenizer folder) instead",
+            where=where,
         )
     stoi, itos, size = meta["stoi"], meta["itos"], meta["vocab_size"]
     if not isinstance(stoi, dict) or not all(isinstance(c, str) and len(c) == 1 for c in stoi):
-        raise MinigptError(f"{where}: stoi is not a dict from single characters to ids")
+        raise MinigptError("{where}: stoi is not a dict from single characters to ids", where=where)
     ids = list(stoi.values())
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids) or sorted(ids) != list(range(len(ids))):
-        raise MinigptError(f"{where}: stoi's ids are not 0 .. {len(stoi) - 1} each once")
+        raise MinigptError("{where}: stoi's ids are not 0 .. {value} each once", where=where, value=len(stoi) - 1)
     if size != len(stoi):
-        raise MinigptError(f"{where}: vocab_size = {literal(size)} but stoi has {len(stoi)} characters")
+        raise MinigptError(
+            "{where}: vocab_size = {literal} but stoi has {n_stoi} characters",
+            where=where,
+            literal=literal(size),
+            n_stoi=len(stoi),
+        )
     if not isinstance(itos, dict) or itos != {i: c for c, i in stoi.items()}:
-        raise MinigptError(f"{where}: itos is not the inverse of stoi")
+        raise MinigptError("{where}: itos is not the inverse of stoi", where=where)
     return TextTokenizer(char_tokenizer(dict(stoi)))
 
 
@@ -161,11 +189,11 @@ def read_nanogpt(
     if path.is_dir():
         path = path / "ckpt.pt"
     if not path.is_file():
-        raise MinigptError(f"{path}: no such file; pass nanoGPT's ckpt.pt (or the out folder holding it)")
+        raise MinigptError("{path}: no such file; pass nanoGPT's ckpt.pt (or the out folder holding it)", path=path)
     if (meta is None) == (tokenizer_dir is None):
         raise MinigptError(
-            f"a nanoGPT checkpoint holds no tokenizer: pass exactly one of {option('meta')} data/DATASET/meta.pkl "
-            f"(char-level datasets) or {option('tokenizer')} DIR (a GPT-2 tokenizer folder, for BPE datasets)"
+            "a nanoGPT checkpoint holds no tokenizer: pass exactly one of {meta} data/DATASET/meta.pkl "
+            "(char-level datasets) or {tokenizer} DIR (a GPT-2 tokenizer folder, for BPE datasets)"
         )
     tokenizer = read_meta(meta) if meta is not None else read_gpt2_tokenizer(Path(tokenizer_dir))[0]
     mapped = zipfile.is_zipfile(path)  # an old-format file is read whole, not mapped
@@ -180,13 +208,15 @@ def read_nanogpt(
             if isinstance(payload, dict) and ("model_config" in payload)
             else ""
         )
-        raise MinigptError(f"{where} is not a nanoGPT checkpoint (no model and model_args){hint}")
+        raise MinigptError(
+            "{where} is not a nanoGPT checkpoint (no model and model_args){hint}", where=where, hint=hint
+        )
     settings = _nanogpt_settings(payload["model_args"], where)
     crop = kept_rows(context, settings["rows"])
     check_rows(
         tokenizer,
         settings["vocab_size"],
-        f"{option('meta')} {meta}" if meta is not None else f"{option('tokenizer')} {tokenizer_dir}",
+        Phrase("{meta} {path}", path=meta) if meta is not None else Phrase("{tokenizer} {path}", path=tokenizer_dir),
     )
     # torch.compile's wrapper prefixes every name with _orig_mod. (nanoGPT's train.py strips it on resume too).
     found = renamed(payload["model"], where, lambda n: n.removeprefix("_orig_mod."))

@@ -90,4 +90,4 @@ def check_table_17_1(model: MiniGPT, ref: dict) -> None:
     if Y != ref["block_output_Y_rounded_6"]:
         wrong.append(f"Y: {Y} != {ref['block_output_Y_rounded_6']}")
     if wrong:
-        raise MinigptError("the model does not reproduce Table 17.1: " + "; ".join(wrong))
+        raise MinigptError("the model does not reproduce Table 17.1: {join}", join="; ".join(wrong))

@@ -58,7 +58,7 @@ def fold_norms(model: MiniGPT) -> MiniGPT:
     again after training). Same device, dtype and train/eval mode as `model`; no gradients."""
     reason = unfoldable(model)
     if reason is not None:
-        raise MinigptError(f"cannot fold this model's norms: {reason}")
+        raise MinigptError("cannot fold this model's norms: {reason}", reason=reason)
     dtype, device = model.head.weight.dtype, model.head.weight.device
     folded = copy.deepcopy(model)  # the same class and modules; every changed weight is replaced below
     folded.cfg = replace(model.cfg, tie_embeddings=False)  # the head gets its own folded matrix

@@ -47,9 +47,13 @@ def check_context(length: int, context: int, what: str = "the sequence", advice:
     (forward, sampling, trace), so it reads the same wherever it is raised."""
     if length > context:
         raise ContextTooLongError(
-            f"{what} has {length} tokens but the position table has {context} rows ([model] context = {context}); "
-            f"the model has no row for position {context} and will not invent one, so use at most {context} tokens"
-            + (f": {advice}" if advice else "")
+            "{what} has {length} tokens but the position table has {given} rows ([model] context = "
+            "{given}); the model has no row for position {given} and will not invent one, so "
+            "use at most {given} tokens{value}",
+            what=what,
+            length=length,
+            given=context,
+            value=f": {advice}" if advice else "",
         )
 
 
@@ -66,8 +70,11 @@ def check_token_ids(ids, vocab_size: int) -> None:
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise TokenOutOfRangeError(
-            f"token id {bad} is not in the vocabulary: this model has {vocab_size} "
-            f"tokens, ids 0..{vocab_size - 1}; use ids the tokenizer produced"
+            "token id {bad} is not in the vocabulary: this model has {vocab_size} tokens, ids 0..{value}; "
+            "use ids the tokenizer produced",
+            bad=bad,
+            vocab_size=vocab_size,
+            value=vocab_size - 1,
         )
 
 
@@ -114,7 +121,7 @@ class MiniGPT(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()
         if vocab_size < 1:
-            raise MinigptError(f"vocab_size = {vocab_size}; a model needs at least one token")
+            raise MinigptError("vocab_size = {vocab_size}; a model needs at least one token", vocab_size=vocab_size)
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.context = cfg.context

@@ -30,8 +30,8 @@ def residual(stream: Tensor, update: Tensor) -> Tensor:
     """stream + update, refusing any broadcast: one update per example and position (chapter 17.2)."""
     if stream.shape != update.shape:
         raise ResidualShapeError(
-            f"residual add needs equal shapes, got {list(stream.shape)} + "
-            f"{list(update.shape)}; broadcasting would reuse one update for many rows"
+            f"residual add needs equal shapes, got {list(stream.shape)} + {list(update.shape)}; broadcasting "
+            f"would reuse one update for many rows"
         )
     return stream + update
 

@@ -43,7 +43,7 @@ class Recorder:
         self.cfg = cfg
         unknown = [name for name in self.replacements if name not in self.known]
         if unknown:
-            raise UnknownStageError(self._unknown(unknown, "a replacement"))
+            raise UnknownStageError("{unknown}", unknown=self._unknown(unknown, "a replacement"))
 
     def _unknown(self, names: list[str], what: str) -> str:
         cfg = self.cfg
@@ -57,7 +57,7 @@ class Recorder:
     def _check(self, name: str) -> str:
         full = self.prefix + name
         if full not in self.known:  # a name model.py records that stages.py does not define
-            raise UnknownStageError(self._unknown([full], "a record"))
+            raise UnknownStageError("{unknown}", unknown=self._unknown([full], "a record"))
         return full
 
     def modify(self, name: str, value: Tensor) -> Tensor:

@@ -37,7 +37,7 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise MinigptError(f"no checkpoint at {path}; train first with `minigpt train` (same config)")
+        raise MinigptError("no checkpoint at {path}; train a run there first", path=path)
     try:
         # mmap: tensors are read from the file when used, so a reader that needs the model alone
         # never reads the optimizer state (twice the model's size) off the disk.
@@ -45,11 +45,16 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError):
         # torch's own message suggests weights_only=False, which would let the file run code: not shown.
         raise MinigptError(
-            f"checkpoint {path} could not be loaded as plain tensors and values; it is "
-            f"damaged, truncated or not a minigpt checkpoint: retrain, or restore it"
+            "checkpoint {path} could not be loaded as plain tensors and values; it is damaged, truncated or "
+            "not a minigpt checkpoint: retrain, or restore it",
+            path=path,
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_VERSION:
-        raise MinigptError(f"checkpoint {path} is not a minigpt checkpoint of format {FORMAT_VERSION}")
+        raise MinigptError(
+            "checkpoint {path} is not a minigpt checkpoint of format {FORMAT_VERSION}",
+            path=path,
+            FORMAT_VERSION=FORMAT_VERSION,
+        )
     return payload
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..io import atomic_folder, atomic_write_text
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
@@ -30,7 +30,9 @@ def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
         _check_run_dir(run_dir, resume, force)
     except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
         raise MinigptError(
-            f"run folder {run_dir} cannot be used ({exc.strerror or exc}); choose another {option('out')}"
+            "run folder {run_dir} cannot be used ({reason}); choose another {out}",
+            run_dir=run_dir,
+            reason=exc.strerror or exc,
         ) from None
 
 
@@ -44,18 +46,21 @@ def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
         p.name not in UNFINISHED_RUN for p in set(run_dir.iterdir()) - set(_temporaries(run_dir))
     )
     if resume and not (run_dir / CHECKPOINT_FILE).is_file():
-        raise MinigptError(f"{option('resume')}: no checkpoint in {run_dir}; train without {option('resume')} first")
+        raise MinigptError("{resume:on}: no checkpoint in {run_dir}; train without {resume:on} first", run_dir=run_dir)
     if has_run and not resume and not force:
         raise MinigptError(
-            f"run folder {run_dir} already holds a run; pass {option('resume')} to continue it, "
-            f"{option('force')} to replace it, or another {option('out')}"
+            "run folder {run_dir} already holds a run; pass {resume:on} to continue it, {force:on} to "
+            "replace it, or another {out}",
+            run_dir=run_dir,
         )
     if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError(f"run folder {run_dir} is a file; choose another {option('out')}")
+        raise MinigptError("run folder {run_dir} is a file; choose another {out}", run_dir=run_dir)
     probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise MinigptError(
-            f"run folder {run_dir} cannot be written ({probe} is not writable); choose another {option('out')}"
+            "run folder {run_dir} cannot be written ({probe} is not writable); choose another {out}",
+            run_dir=run_dir,
+            probe=probe,
         )
 
 
@@ -84,8 +89,9 @@ def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, fi
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise MinigptError(
-            f"run folder {run_dir} cannot be written ({exc.strerror or exc}); make room there or choose another "
-            f"{option('out')}"
+            "run folder {run_dir} cannot be written ({reason}); make room there or choose another {out}",
+            run_dir=run_dir,
+            reason=exc.strerror or exc,
         ) from None
 
 
@@ -126,11 +132,11 @@ def check_new_run(run_dir: Path, force: bool) -> None:
     checks before reading anything, and `create_model_run` again before writing."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError(f"{option('out')} {run_dir} is a file; choose another {option('out')}")
+        raise MinigptError("{out} {run_dir} is a file; choose another {out}", run_dir=run_dir)
     if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
         raise MinigptError(
-            f"{option('out')} {run_dir} already exists and is not empty; pass {option('force')} to replace it, "
-            f"or choose another {option('out')}"
+            "{out} {run_dir} already exists and is not empty; pass {force:on} to replace it, or choose another {out}",
+            run_dir=run_dir,
         )
 
 
@@ -158,6 +164,8 @@ def create_model_run(
         if isinstance(exc, OSError):
             reason = exc.strerror or exc
             raise MinigptError(
-                f"run folder {run_dir} cannot be written ({reason}); make room there or choose another {option('out')}"
+                "run folder {run_dir} cannot be written ({reason}); make room there or choose another {out}",
+                run_dir=run_dir,
+                reason=reason,
             ) from None
         raise

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import Config, model_section_differences
-from ..errors import MinigptError, option
+from ..errors import MinigptError, Phrase
 from ..text.sources import first_difference
 from ..text.tokenizer import TextTokenizer
 from .layout import CONFIG_FILE
@@ -70,10 +70,13 @@ def check_model_matches(cfg: Config, payload: dict[str, Any], run_dir: Path) -> 
     differences = model_section_differences(asdict(cfg.model), payload["model_config"])
     if differences:
         raise MinigptError(
-            f"checkpoint in {run_dir} was trained with another [model] section than "
-            f"{cfg.source} ({'; '.join(differences)} (config != checkpoint)); "
-            f"use the config it was trained with (it is saved as {option('config')} {run_dir / CONFIG_FILE}), "
-            f"or pass {option('run')} {run_dir} alone, which reads it"
+            "checkpoint in {run_dir} was trained with another [model] section than {source} ({join} (config "
+            "!= checkpoint)); use the config it was trained with (it is saved as {config} {value}), or pass "
+            "{run} {run_dir} alone, which reads it",
+            run_dir=run_dir,
+            source=cfg.source,
+            join="; ".join(differences),
+            value=run_dir / CONFIG_FILE,
         )
 
 
@@ -97,7 +100,7 @@ def check_resume(
     now = training_identity(cfg)
     if config_hash(now) != payload["hashes"]["config"]:
         diffs = sections_differences(now, stored)
-        advice = f"resume with the same config file, {option('set')} values and options"
+        advice = Phrase("resume with the same config file, {set} values and options")
         batch, was = now["train"]["batch_size"], stored.get("train", {}).get("batch_size")
         if was is not None and batch != was:  # the global batch: any number of processes that divides it
             if processes > 1:
@@ -108,35 +111,45 @@ def check_resume(
                     for d in diffs
                 ]
             per_process = (
-                f"{option('set')} train.batch_size={was // processes}"
+                Phrase("{set} train.batch_size={size}", size=was // processes)
                 if was % processes == 0
                 else f"a number of processes that divides {was}"
             )
-            advice += f" (the checkpoint's global batch is {was}: use {per_process})"
+            advice = Phrase(
+                "resume with the same config file, {set} values and options (the checkpoint's global batch is "
+                "{was}: use {per_process})",
+                was=was,
+                per_process=per_process,
+            )
         if [d for d in diffs if not d.startswith("[train] steps:")] == []:
-            advice = (
-                "a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a "
-                f"run cannot be lengthened or shortened; train a new run with the {option('steps')} you want "
-                f"({option('force')} or another {option('out')}), or resume with the run's own"
+            advice = Phrase(
+                "a run's schedule is fixed by its steps (the cosine reaches min_lr on the last one), so a run "
+                "cannot be lengthened or shortened; train a new run with the {steps} you want ({force:on} or "
+                "another {out}), or resume with the run's own"
             )
         raise MinigptError(
-            f"{option('resume')} refused: the config differs from the checkpoint's "
-            f"({'; '.join(diffs)} (now != checkpoint)); {advice}"
+            "{resume:on} refused: the config differs from the checkpoint's ({join} (now != checkpoint)); {advice}",
+            join="; ".join(diffs),
+            advice=advice,
         )
     if corpus.sha256 != payload["hashes"]["corpus"]:
         then = payload.get("corpus_files")  # absent from checkpoints written before runs had several files
         if then is not None and max(len(then), len(corpus.files)) > 1:
             raise MinigptError(
-                f"{option('resume')} refused: the training files ({corpus.source}) differ from the ones the "
-                f"checkpoint was trained on: {first_difference(then, corpus.files)}; resume with the original files"
+                "{resume:on} refused: the training files ({source}) differ from the ones the checkpoint was "
+                "trained on: {first_difference}; resume with the original files",
+                source=corpus.source,
+                first_difference=first_difference(then, corpus.files),
             )
         raise MinigptError(
-            f"{option('resume')} refused: the corpus {corpus.path} differs from the one the checkpoint was "
-            f"trained on (sha256 {corpus.sha256[:12]}... != {payload['hashes']['corpus'][:12]}...); "
-            f"resume with the original text"
+            "{resume:on} refused: the corpus {path} differs from the one the checkpoint was trained on "
+            "(sha256 {sha256}... != {corpus}...); resume with the original text",
+            path=corpus.path,
+            sha256=corpus.sha256[:12],
+            corpus=payload["hashes"]["corpus"][:12],
         )
     if tokenizer.fingerprint() != payload["hashes"]["tokenizer"]:
         raise MinigptError(
-            f"{option('resume')} refused: the tokenizer differs from the one the checkpoint was trained "
-            f"with (tokenizer.json hash changed); start a new run with {option('force')} or another {option('out')}"
+            "{resume:on} refused: the tokenizer differs from the one the checkpoint was trained with "
+            "(tokenizer.json hash changed); start a new run with {force:on} or another {out}"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 
 # ---------------------------------------------------------------- one writer at a time
 
@@ -32,7 +32,9 @@ class RunLock:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise MinigptError(
-                    f"run folder {self.run_dir} cannot be used ({exc.strerror or exc}); choose another {option('out')}"
+                    "run folder {run_dir} cannot be used ({reason}); choose another {out}",
+                    run_dir=self.run_dir,
+                    reason=exc.strerror or exc,
                 ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -40,8 +42,10 @@ class RunLock:
                 holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
                 raise MinigptError(
-                    f"run folder {self.run_dir} is being written by another minigpt train "
-                    f"(pid {holder}); wait for it to finish or stop it, or choose another {option('out')}"
+                    "run folder {run_dir} is being written by another training run (pid {holder}); wait for it to "
+                    "finish or stop it, or choose another {out}",
+                    run_dir=self.run_dir,
+                    holder=holder,
                 ) from None
             # The holder before us removes the file as it lets go; a lock on a removed file locks nothing.
             try:

@@ -29,8 +29,10 @@ def metrics_records(path: Path) -> list[dict[str, Any]]:
             if number == len(lines):
                 break
             raise MinigptError(
-                f"{path} line {number} is not a JSON object; the run folder is damaged: remove "
-                f"that line (or the file) and try again"
+                "{path} line {number} is not a JSON object; the run folder is damaged: remove that line (or the "
+                "file) and try again",
+                path=path,
+                number=number,
             )
         records.append(record)
     return records
@@ -40,7 +42,9 @@ def read_metrics(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """A run's metrics.jsonl as training records and evaluation records."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
-        raise MinigptError(f"{run_dir} has no metrics.jsonl; plot reads run folders written by `minigpt train`")
+        raise MinigptError(
+            "{run_dir} has no metrics.jsonl; only a run folder that training wrote has one", run_dir=run_dir
+        )
     records = metrics_records(path)
     return {
         "train": [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")],

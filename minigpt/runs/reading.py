@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import Config, ModelConfig, load_config, model_config_from
 from ..device import check_dtype
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..memory import check_memory, parameter_count, reading_bytes
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
@@ -20,17 +20,34 @@ from .identity import check_model_matches
 from .layout import BEST_FILE, CHECKPOINT_FILE, CHECKPOINTS, CONFIG_FILE, TOKENIZER_FILE
 
 
-def saved_config(run_dir: Path, given_as: str = "run", overrides: list[str] | tuple[str, ...] = ()) -> Config:
+class NotARun(MinigptError):
+    """A folder that is not a run to read: `folder`, and what it lacks (`lacks`: the folder itself,
+    or one of a run's files). Its message is a reading command's ({run}); a caller that read the
+    folder for another reason (a fine-tune's source) says it in its own words from these values."""
+
+    def __init__(self, folder: Path, lacks: str):
+        self.folder, self.lacks = Path(folder), lacks
+        if lacks == "folder":
+            super().__init__("no run folder at {folder}; train one there first, or pass {run} DIR", folder=folder)
+        elif lacks == CONFIG_FILE:
+            super().__init__(
+                "{run} {folder} has no {lacks}, so it does not describe itself; pass the config it was trained "
+                "with as {config}",
+                folder=folder,
+                lacks=lacks,
+            )
+        else:
+            super().__init__(
+                "{folder} is not a run folder (it has no {lacks}); train a run there first", folder=folder, lacks=lacks
+            )
+
+
+def saved_config(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """The resolved config a run folder saved (config.toml: the run describes itself), with any
     overrides on top."""
     saved = Path(run_dir) / CONFIG_FILE
     if not saved.is_file():
-        raise MinigptError(
-            f"{option(given_as)} {run_dir} has no {CONFIG_FILE}, so it does not describe itself; "
-            f"pass the config it was trained with as {option('config')}"
-            if given_as == "run"
-            else f"{option(given_as)} {run_dir} has no {CONFIG_FILE}, so it is not a run folder minigpt can read"
-        )
+        raise NotARun(run_dir, CONFIG_FILE)
     return load_config(saved, overrides)
 
 
@@ -45,8 +62,7 @@ def reading_config(config: Path | None, run_dir: Path | None, overrides: list[st
         run_dir = Path(run_dir).resolve()
         if not run_dir.is_dir():
             raise MinigptError(
-                f"{option('run')} {run_dir}: no such run folder; train one there first (`minigpt train` with "
-                f"{option('out')} {run_dir})"
+                "{run} {run_dir}: no such run folder; train one there first (with {out} {run_dir})", run_dir=run_dir
             )
         return saved_config(run_dir, overrides=overrides), run_dir
     cfg = load_config(config, overrides)
@@ -63,29 +79,27 @@ class RunWeights:
     tokenizer: TextTokenizer
 
 
-def read_weights(run_dir: Path, checkpoint: str = "last", given_as: str = "run") -> RunWeights:
+def read_weights(run_dir: Path, checkpoint: str = "last") -> RunWeights:
     """The last checkpoint of a run folder, or its best one, with the tokenizer beside it; refused
-    (naming the folder as the option `given_as` that gave it) when it is not a consistent run."""
+    (NotARun, or what is inconsistent) when it is not a consistent run."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise MinigptError(
-            f"no run folder at {run_dir}; train one first with `minigpt train` (same config), or pass "
-            f"{option(given_as)} DIR"
-            if given_as == "run"
-            else f"{option(given_as)} {run_dir}: no such run folder; give a folder `minigpt train` wrote"
-        )
+        raise NotARun(run_dir, "folder")
     if checkpoint not in CHECKPOINTS:
-        raise MinigptError(f"{option('checkpoint')} {checkpoint!r} is not one of: {', '.join(CHECKPOINTS)}")
-    path = run_dir / CHECKPOINTS[checkpoint]
-    if given_as != "run" and not (run_dir / CHECKPOINT_FILE).is_file():
         raise MinigptError(
-            f"{option(given_as)} {run_dir} is not a run folder (it has no {CHECKPOINT_FILE}); give a folder "
-            f"`minigpt train` wrote"
+            "{checkpoint} {given!r} is not one of: {join}",
+            given=checkpoint,
+            join=", ".join(CHECKPOINTS),
         )
+    path = run_dir / CHECKPOINTS[checkpoint]
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise NotARun(run_dir, CHECKPOINT_FILE)
     if checkpoint == "best" and not path.is_file():
         raise MinigptError(
-            f"{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; "
-            f"use {option('checkpoint')} last, or train until an evaluation"
+            "{run_dir} has no {BEST_FILE} yet: it is written at the run's first evaluation; use {checkpoint} "
+            "last, or train until an evaluation",
+            run_dir=run_dir,
+            BEST_FILE=BEST_FILE,
         )
     payload = load_checkpoint(path)
     model_config = model_config_from(payload.get("model_config"), f"checkpoint {path}")
@@ -94,8 +108,12 @@ def read_weights(run_dir: Path, checkpoint: str = "last", given_as: str = "run")
     if tokenizer.vocab_size != writable or writable > rows:
         of_rows = f" (of its {rows} rows)" if writable != rows else ""
         raise MinigptError(
-            f"{run_dir / TOKENIZER_FILE} has {tokenizer.vocab_size} tokens but the checkpoint "
-            f"expects {writable}{of_rows}; the run folder is inconsistent, retrain it"
+            "{value} has {vocab_size} tokens but the checkpoint expects {writable}{of_rows}; the run folder "
+            "is inconsistent, retrain it",
+            value=run_dir / TOKENIZER_FILE,
+            vocab_size=tokenizer.vocab_size,
+            writable=writable,
+            of_rows=of_rows,
         )
     return RunWeights(path, payload, model_config, tokenizer)
 

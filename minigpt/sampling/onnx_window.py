@@ -47,7 +47,8 @@ def require() -> None:
     if missing:
         raise MinigptError(
             '[sample] runtime = "onnxruntime" needs onnxruntime, onnxscript and onnx, which are not all '
-            f'installed; {EXTRA}; or use runtime = "torch"'
+            'installed; {EXTRA}; or use runtime = "torch"',
+            EXTRA=EXTRA,
         ) from None
 
 
@@ -112,8 +113,9 @@ class WindowRuntime:
 
         if next(model.parameters()).device.type != "cpu":
             raise MinigptError(
-                '[sample] runtime = "onnxruntime" runs on the CPU, and this model is on '
-                f'{next(model.parameters()).device}; use runtime = "torch" there'
+                '[sample] runtime = "onnxruntime" runs on the CPU, and this model is on {device}; use runtime = '
+                '"torch" there',
+                device=next(model.parameters()).device,
             )
         path = cache_root() / "onnx" / f"{_key(model, samples)}.onnx"
         if not path.is_file():

@@ -127,8 +127,11 @@ def _load_file(
         raise not_rank_0s(same_as, [(file.name, sha)])
     if same_as is not None and sha != same_as[0][1]:
         raise MinigptError(
-            f"training text {path} here is not the text rank 0 trains on (sha256 {sha[:12]}... != "
-            f"{same_as[0][1][:12]}...); every machine needs the same file at the same path"
+            "training text {path} here is not the text rank 0 trains on (sha256 {sha}... != {same_as}...); "
+            "every machine needs the same file at the same path",
+            path=path,
+            sha=sha[:12],
+            same_as=same_as[0][1][:12],
         )
     train_text, val_text = split_text(text, cfg.train.val_fraction)
     if tokenizer is not None:
@@ -139,8 +142,10 @@ def _load_file(
             # A char tokenizer fitted to the training head cannot encode these; say so up front.
             shown = " ".join(repr(c) for c in unseen[:10])
             raise MinigptError(
-                f"validation tail of {path} has characters the training part never uses "
-                f'({shown}); use tokenizer.kind = "bpe" or "byte", or change val_fraction'
+                "validation tail of {path} has characters the training part never uses ({shown}); use "
+                'tokenizer.kind = "bpe" or "byte", or change val_fraction',
+                path=path,
+                shown=shown,
             )
     settings = {"format": CACHE_FORMAT, "sha256": sha, "val_fraction": cfg.train.val_fraction}
     # A tokenizer given is known by its fingerprint; one fitted here, by what it is fitted with.
@@ -208,9 +213,12 @@ def _check_long_enough(corpus: Corpus, context: int) -> None:
     for name, ids in (("training", corpus.train_ids), ("validation", corpus.val_ids)):
         if len(ids) < need:
             raise MinigptError(
-                f"{what} is too short: its {name} split has {len(ids)} tokens, "
-                f"but one window needs context + 1 = {need}; use a longer text, a smaller "
-                f"[model] context, or another [train] val_fraction"
+                "{what} is too short: its {name} split has {n_ids} tokens, but one window needs context + 1 = "
+                "{need}; use a longer text, a smaller [model] context, or another [train] val_fraction",
+                what=what,
+                name=name,
+                n_ids=len(ids),
+                need=need,
             )
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Config
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..io import Progress, atomic_write, atomic_write_text
 from .reading import check_writable, encode, read_text, split_text
 from .sources import Listing, TextFile, first_difference
@@ -51,8 +51,9 @@ class Joined:
 
 def not_rank_0s(theirs: list[tuple[str, str]], ours: list[tuple[str, str]]) -> MinigptError:
     return MinigptError(
-        f"the training files here are not the files rank 0 trains on ({first_difference(theirs, ours)}); every "
-        f"machine needs the same files under the same names"
+        "the training files here are not the files rank 0 trains on ({first_difference}); every machine "
+        "needs the same files under the same names",
+        first_difference=first_difference(theirs, ours),
     )
 
 
@@ -91,9 +92,12 @@ def load_files(
     boundary = tokenizer.end_of_text
     if boundary is None:  # only a tokenizer given (a fine-tune's) can lack it: every fitted one has it
         raise MinigptError(
-            f"{option('init_from')} {cfg.train.init_from}: its tokenizer has no {END_OF_TEXT!r}, the token that "
-            f"marks where one file ends and the next begins, so it cannot train on several files "
-            f"({listing.describe()}); fine-tune on one file, or start from a run trained on several"
+            "{init_from} {given}: its tokenizer has no {END_OF_TEXT!r}, the token that marks where "
+            "one file ends and the next begins, so it cannot train on several files ({describe}); fine-tune "
+            "on one file, or start from a run trained on several",
+            given=cfg.train.init_from,
+            END_OF_TEXT=END_OF_TEXT,
+            describe=listing.describe(),
         )
     fingerprint = tokenizer.fingerprint()
     joined = entry({"format": CACHE_FORMAT, "joined": shas, "tokenizer": fingerprint, "val_fraction": vf})
@@ -121,8 +125,11 @@ def _texts(files: list[TextFile], shas: list[str], label: str, progress: Progres
             text, now = read_text(f.path)
             if now != sha:
                 raise MinigptError(
-                    f"training text {f.path} changed while the corpus was being prepared (sha256 {sha[:12]}... "
-                    f"became {now[:12]}...); try again once nothing is writing to it"
+                    "training text {path} changed while the corpus was being prepared (sha256 {sha}... became "
+                    "{now}...); try again once nothing is writing to it",
+                    path=f.path,
+                    sha=sha[:12],
+                    now=now[:12],
                 )
             yield f, text
             advance(1)
@@ -158,8 +165,10 @@ def _fitted_tokenizer(
         if unseen:
             shown = " ".join(repr(c) for c in unseen[:10])
             raise MinigptError(
-                f"validation tail of {f.path} has characters no file's training part uses ({shown}); use "
-                f'tokenizer.kind = "bpe" or "byte", or change val_fraction'
+                "validation tail of {path} has characters no file's training part uses ({shown}); use "
+                'tokenizer.kind = "bpe" or "byte", or change val_fraction',
+                path=f.path,
+                shown=shown,
             )
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -209,7 +218,9 @@ def _encode_files(
         found = read_ids(folders[i], "train.npy", "val.npy")
         if found is None:  # there a moment ago: something else removed it
             raise MinigptError(
-                f"the token cache entry {folders[i]} of {files[i].path} went away while it was being used; run again"
+                "the token cache entry {folders} of {path} went away while it was being used; run again",
+                folders=folders[i],
+                path=files[i].path,
             )
         return found
 

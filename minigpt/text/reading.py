@@ -13,38 +13,53 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from .token_cache import id_dtype
 from .tokenizer import TextTokenizer, line_chunks
 
 
-def read_text(path: str | Path, what: str = "training text", given_as: str = "data") -> tuple[str, str]:
-    """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, with `what` and
-    the option `given_as` that names it, to score or to prompt with), saying why."""
+def read_text(path: str | Path, what: str = "training text") -> tuple[str, str]:
+    """(text, sha256 of the bytes). Refuses what cannot be a text to train on (or, as `what` says,
+    to score or to prompt with), saying why."""
     path = Path(path)
     if not path.exists():
-        raise MinigptError(f"{what} {path} does not exist; pass an existing UTF-8 file with {option(given_as)}")
+        raise MinigptError("{what} {path} does not exist; pass an existing UTF-8 file", what=what, path=path)
     if path.is_dir():
-        raise MinigptError(f"{what} {path} is a directory; pass a UTF-8 text file with {option(given_as)}")
+        raise MinigptError("{what} {path} is a directory; pass a UTF-8 text file", what=what, path=path)
     try:
         before = os.stat(path)
         raw = _read_bytes(path)
         after = os.stat(path)
     except OSError as exc:
-        raise MinigptError(f"{what} {path} cannot be read ({exc.strerror}); check its permissions") from None
+        raise MinigptError(
+            "{what} {path} cannot be read ({reason}); check its permissions", what=what, path=path, reason=exc.strerror
+        ) from None
     if _changed(before, after, len(raw)):
-        raise MinigptError(f"{what} {path} changed while it was being read; try again once nothing is writing to it")
+        raise MinigptError(
+            "{what} {path} changed while it was being read; try again once nothing is writing to it",
+            what=what,
+            path=path,
+        )
     if not raw:
-        raise MinigptError(f"{what} {path} is empty; pass a file with text in it")
+        raise MinigptError("{what} {path} is empty; pass a file with text in it", what=what, path=path)
     nul = raw.find(b"\x00")
     if nul >= 0:
-        raise MinigptError(f"{what} {path} looks binary (NUL byte at offset {nul}); pass a UTF-8 text file")
+        raise MinigptError(
+            "{what} {path} looks binary (NUL byte at offset {nul}); pass a UTF-8 text file",
+            what=what,
+            path=path,
+            nul=nul,
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MinigptError(
-            f"{what} {path} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} at offset "
-            f"{exc.start}; convert it to UTF-8 (e.g. iconv -t UTF-8)"
+            "{what} {path} is not UTF-8: invalid byte 0x{raw:02x} at offset {start}; convert it to UTF-8 "
+            "(e.g. iconv -t UTF-8)",
+            what=what,
+            path=path,
+            raw=raw[exc.start],
+            start=exc.start,
         ) from None
     return text, hashlib.sha256(raw).hexdigest()
 
@@ -88,7 +103,13 @@ def check_writable(tokenizer: TextTokenizer, text: str, path: Path) -> None:
         offset = min(text.find(c) for c in unknown)
         line = text.count("\n", 0, offset) + 1
         raise MinigptError(
-            f"training text {path} has {text[offset]!r} at character {offset:,} (line {line}), which the run's "
-            f"char tokenizer cannot write ({len(unknown)} such character(s) in all; it knows "
-            f"{tokenizer.vocab_size}); remove them, or start from a run with a byte-level tokenizer"
+            "training text {path} has {text!r} at character {offset:,} (line {line}), which the run's char "
+            "tokenizer cannot write ({n_unknown} such character(s) in all; it knows {vocab_size}); remove "
+            "them, or start from a run with a byte-level tokenizer",
+            path=path,
+            text=text[offset],
+            offset=offset,
+            line=line,
+            n_unknown=len(unknown),
+            vocab_size=tokenizer.vocab_size,
         )

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 
 SUFFIX = ".txt"
 
@@ -66,7 +66,7 @@ def list_files(data: str | Sequence[str]) -> Listing:
     listing = Listing([])
     for given in entries(data):
         if not given:
-            raise MinigptError(f"no training text given ({option('data')} is empty); pass a UTF-8 file or a folder")
+            raise MinigptError("no training text given ({data} is empty); pass a UTF-8 file or a folder")
         path = Path(given)
         listing.given.append(path)
         if path.is_dir():
@@ -86,8 +86,9 @@ def list_files(data: str | Sequence[str]) -> Listing:
                 else f"training files {first.path} and {f.path} are both named {f.name}"
             )
             raise MinigptError(
-                f"{twice}; a run records each file by its name, so give every file once with {option('data')} "
-                f"(a folder's files are named by their paths inside it)"
+                "{twice}; a run records each file by its name, so give every file once with {data} (a folder's "
+                "files are named by their paths inside it)",
+                twice=twice,
             )
         seen[f.name] = f
     return listing
@@ -114,7 +115,9 @@ def _folder_files(root: Path) -> tuple[list[TextFile], list[TextFile]]:
             names = sorted(entry.name for entry in os.scandir(folder))
         except OSError as exc:
             raise MinigptError(
-                f"training folder {folder} cannot be read ({exc.strerror}); check its permissions"
+                "training folder {folder} cannot be read ({reason}); check its permissions",
+                folder=folder,
+                reason=exc.strerror,
             ) from None
         for name in names:
             if name.startswith("."):
@@ -130,9 +133,13 @@ def _folder_files(root: Path) -> tuple[list[TextFile], list[TextFile]]:
                 if key in ancestors:
                     through = f" (through {path})" if followed != path else ""
                     raise MinigptError(
-                        f"training folder {root}: the link {followed or path} leads back to {ancestors[key]}, a "
-                        f"folder it lies in{through}, so the folder never ends (a link loop); remove the link, or "
-                        f"pass the folders to read with {option('data')}"
+                        "training folder {root}: the link {followed} leads back to {ancestors}, a folder it lies "
+                        "in{through}, so the folder never ends (a link loop); remove the link, or pass the folders to "
+                        "read with {data}",
+                        root=root,
+                        followed=followed or path,
+                        ancestors=ancestors[key],
+                        through=through,
                     )
                 visit(path, relative / name, {**ancestors, key: path}, followed)
             elif stat.S_ISREG(st.st_mode) and name.endswith(SUFFIX):
@@ -146,18 +153,28 @@ def _folder_files(root: Path) -> tuple[list[TextFile], list[TextFile]]:
     if not found:
         if empty:
             raise MinigptError(
-                f"training folder {root} holds only empty *{SUFFIX} files ({len(empty)}, e.g. {empty[0].name}); "
-                f"put text in them or pass another folder with {option('data')}"
+                "training folder {root} holds only empty *{SUFFIX} files ({n_empty}, e.g. {name}); put text in "
+                "them or pass another folder with {data}",
+                root=root,
+                SUFFIX=SUFFIX,
+                n_empty=len(empty),
+                name=empty[0].name,
             )
         if not others:
             raise MinigptError(
-                f"training folder {root} is empty; put the UTF-8 *{SUFFIX} files to train on in it, or pass "
-                f"another folder with {option('data')}"
+                "training folder {root} is empty; put the UTF-8 *{SUFFIX} files to train on in it, or pass "
+                "another folder with {data}",
+                root=root,
+                SUFFIX=SUFFIX,
             )
         raise MinigptError(
-            f"training folder {root} holds no *{SUFFIX} file ({len(others):,} file(s), none ending in {SUFFIX}, "
-            f"e.g. {others[0]}); a folder trains on every *{SUFFIX} file under it: rename the text files, or pass "
-            f"them with {option('data')}"
+            "training folder {root} holds no *{SUFFIX} file ({n_others:,} file(s), none ending in {SUFFIX}, "
+            "e.g. {others}); a folder trains on every *{SUFFIX} file under it: rename the text files, or "
+            "pass them with {data}",
+            root=root,
+            SUFFIX=SUFFIX,
+            n_others=len(others),
+            others=others[0],
         )
     return found, empty
 
@@ -168,15 +185,26 @@ def _unfollowable(root: Path, path: Path, exc: OSError) -> MinigptError:
         target = os.readlink(path)
         if exc.errno == errno.ELOOP:
             return MinigptError(
-                f"training folder {root}: the link {path} (to {target}) never reaches a file (a link loop); "
-                f"remove the link"
+                "training folder {root}: the link {path} (to {target}) never reaches a file (a link loop); "
+                "remove the link",
+                root=root,
+                path=path,
+                target=target,
             )
         if exc.errno == errno.ENOENT:
             return MinigptError(
-                f"training folder {root}: the link {path} is broken ({target} does not exist); remove the link "
-                f"or restore what it points to"
+                "training folder {root}: the link {path} is broken ({target} does not exist); remove the link or "
+                "restore what it points to",
+                root=root,
+                path=path,
+                target=target,
             )
-    return MinigptError(f"training folder {root}: {path} cannot be read ({exc.strerror}); check its permissions")
+    return MinigptError(
+        "training folder {root}: {path} cannot be read ({reason}); check its permissions",
+        root=root,
+        path=path,
+        reason=exc.strerror,
+    )
 
 
 # ---------------------------------------------------------------- identity

@@ -122,11 +122,15 @@ def train_tokenizer(
         tok = char_tokenizer({ch: i for i, ch in enumerate(sorted(seen))})
     elif kind == IMPORTED:
         raise MinigptError(
-            f'[tokenizer] kind = "{IMPORTED}" is the tokenizer an imported model came with, kept as it is and never '
-            f"fitted to a text; choose one of {', '.join(KINDS)} to train a new model"
+            '[tokenizer] kind = "{IMPORTED}" is the tokenizer an imported model came with, kept as it is and '
+            "never fitted to a text; choose one of {join} to train a new model",
+            IMPORTED=IMPORTED,
+            join=", ".join(KINDS),
         )
     else:
-        raise MinigptError(f"tokenizer kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
+        raise MinigptError(
+            "tokenizer kind {kind!r} is unknown; choose one of: {join}", kind=kind, join=", ".join(KINDS)
+        )
     if end_of_text:
         tok.add_special_tokens([AddedToken(END_OF_TEXT, special=True)])
     return tok
@@ -158,11 +162,13 @@ class TextTokenizer:
     def load(cls, path: str | Path) -> TextTokenizer:
         path = Path(path)
         if not path.is_file():
-            raise MinigptError(f"tokenizer file {path} does not exist; train a run first (minigpt train)")
+            raise MinigptError("tokenizer file {path} does not exist; train a run there first", path=path)
         try:
             return cls(Tokenizer.from_file(str(path)))
         except Exception as exc:  # the library raises plain Exceptions for malformed files
-            raise MinigptError(f"tokenizer file {path} could not be read ({exc}); retrain the run") from None
+            raise MinigptError(
+                "tokenizer file {path} could not be read ({exc}); retrain the run", path=path, exc=exc
+            ) from None
 
     @classmethod
     def from_str(cls, text: str) -> TextTokenizer:
@@ -193,8 +199,10 @@ class TextTokenizer:
         if unknown:
             shown = " ".join(repr(c) for c in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
             raise MinigptError(
-                f"text has {len(unknown)} character(s) the char tokenizer never saw in "
-                f'training: {shown}; remove them or train with tokenizer.kind = "bpe" or "byte"'
+                "text has {n_unknown} character(s) the char tokenizer never saw in training: {shown}; remove "
+                'them or train with tokenizer.kind = "bpe" or "byte"',
+                n_unknown=len(unknown),
+                shown=shown,
             )
         # The fast variant skips the character offsets we never read (same ids; tokenizers >= 0.20).
         encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)

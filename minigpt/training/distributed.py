@@ -27,7 +27,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from ..errors import MinigptError
+from ..errors import MinigptError, Phrase
 
 T = TypeVar("T")
 
@@ -99,8 +99,12 @@ def agree(world: World, work: Callable[[], T]) -> T:
     except Exception as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
         failure = exc
     told = [None] * world.size
-    # A refusal travels as written (its marked options still marked), so rank 0 renders it as its own.
-    said = failure.args[0] if isinstance(failure, MinigptError) else (str(failure).splitlines() or [""])[0][:300]
+    # A refusal travels as data (its template and values), so rank 0 says it in the words of its own surface.
+    said = (
+        Phrase(failure.template, **failure.values)
+        if isinstance(failure, MinigptError)
+        else (str(failure).splitlines() or [""])[0][:300]
+    )
     dist.all_gather_object(
         told,
         None if failure is None else (said, isinstance(failure, MinigptError), socket.gethostname()),
@@ -117,10 +121,13 @@ def agree(world: World, work: Callable[[], T]) -> T:
             raise failure
         if not refused:
             raise MinigptError(
-                f"rank {rank} (on {host}) stopped with an internal error ({message}); its own output has the details"
+                "rank {rank} (on {host}) stopped with an internal error ({message}); its own output has the details",
+                rank=rank,
+                host=host,
+                message=message,
             )
-        raise MinigptError(f"rank {rank} (on {host}): {message}")
-    raise RefusedElsewhere(message)
+        raise MinigptError("rank {rank} (on {host}): {message}", rank=rank, host=host, message=message)
+    raise RefusedElsewhere("{message}", message=message)
 
 
 def lost_contact(world: World, error: BaseException | None) -> bool:

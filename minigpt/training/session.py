@@ -30,7 +30,7 @@ import torch
 from .. import memory
 from ..config import Config
 from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..model.gpt import MiniGPT, check_context
 from ..runs import checkpoints, folder, identity
 from ..runs.lock import RunLock
@@ -89,7 +89,7 @@ class TrainingSession:
             raise RankLost(
                 "another rank of this torchrun job stopped without warning (its process ended or its machine "
                 "went away), so this one stops too; that rank's output says why. Once training has begun the run "
-                f"folder's last checkpoint is intact: fix the cause, then run the same launch with {option('resume')} "
+                "folder's last checkpoint is intact: fix the cause, then run the same launch with {resume:on} "
                 "(before that, nothing was written: run it again as it was)"
             ) from exc
 
@@ -287,8 +287,9 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
         differences = identity.sections_differences(shared_settings(cfg), settings)
         if differences:  # the ranks would train different runs, or wait on each other at different steps
             raise MinigptError(
-                f"the config here differs from rank 0's ({'; '.join(differences)} (here != rank 0)); "
-                f"launch every process with the same config file, {option('set')} values and options"
+                "the config here differs from rank 0's ({join} (here != rank 0)); launch every process with the "
+                "same config file, {set} values and options",
+                join="; ".join(differences),
             )
         here = replace(cfg, model=model, tokenizer=tokenizer)  # a fine-tune's, from the run it starts from
         corpus = load_corpus(here, tokenizer=TextTokenizer.from_str(tokenizer_json), same_as=files)

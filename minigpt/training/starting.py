@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import Config, ModelConfig, TokenizerConfig
-from ..errors import MinigptError, option
+from ..errors import MinigptError
 from ..io import file_sha256
 from ..runs import checkpoints, identity, layout, reading
 from ..text.corpus import Corpus
@@ -51,16 +51,22 @@ def starting_point(cfg: Config, resume: bool) -> Start:
     if cfg.train.init_from:
         # A fine-tune keeps the [model] and tokenizer of the run it starts from; resumed, it reads
         # them back from its own folder (so the source may since have moved).
-        source = reading.read_weights(
-            run_dir if resume else Path(cfg.train.init_from),
-            "last" if resume else cfg.train.init_checkpoint,
-            given_as="run" if resume else "init_from",
-        )
         if resume:  # what the run recorded of itself: the identity in its checkpoint
+            source = reading.read_weights(run_dir, "last")
             settings = TokenizerConfig(**start.payload["identity"]["tokenizer"])
             start.origin = Origin(**start.payload["origin"]) if "origin" in start.payload else None
         else:
-            settings = reading.saved_config(Path(cfg.train.init_from), given_as="init_from").tokenizer
+            try:
+                source = reading.read_weights(Path(cfg.train.init_from), cfg.train.init_checkpoint)
+                settings = reading.saved_config(Path(cfg.train.init_from)).tokenizer
+            except reading.NotARun as refused:
+                raise MinigptError(
+                    "{init_from} {folder}: {why}; give a folder a training run wrote",
+                    folder=refused.folder,
+                    why="no such run folder"
+                    if refused.lacks == "folder"
+                    else f"is not a run folder (it has no {refused.lacks})",
+                ) from None
             source_run = str(Path(cfg.train.init_from).resolve())
             start.origin = Origin(source_run, cfg.train.init_checkpoint, file_sha256(source.path))
             start.weights = source.payload["model"]
@@ -83,9 +89,11 @@ def fine_tune_config(cfg: Config, model: ModelConfig, tokenizer: TokenizerConfig
     ]
     if differences:
         raise MinigptError(
-            f"{option('init_from')} {cfg.train.init_from}: a fine-tune keeps the [model] and [tokenizer] of the run "
-            f"it starts from, but the config sets them otherwise ({'; '.join(differences)} (config != that run)); "
-            f"leave those keys out (or match them); only dropout may differ"
+            "{init_from} {given}: a fine-tune keeps the [model] and [tokenizer] of the run it "
+            "starts from, but the config sets them otherwise ({join} (config != that run)); leave those keys "
+            "out (or match them); only dropout may differ",
+            given=cfg.train.init_from,
+            join="; ".join(differences),
         )
     dropout = cfg.model.dropout if ("model", "dropout") in cfg.chosen else model.dropout
     return replace(cfg, model=replace(model, dropout=dropout), tokenizer=tokenizer)

@@ -26,7 +26,7 @@ def require() -> None:
         import tensorboard  # noqa: F401
     except ImportError:
         raise MinigptError(
-            f"[train] tensorboard = true needs the tensorboard package, which is not installed; {EXTRA}"
+            "[train] tensorboard = true needs the tensorboard package, which is not installed; {EXTRA}", EXTRA=EXTRA
         ) from None
 
 

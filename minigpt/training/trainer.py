@@ -24,7 +24,7 @@ import torch
 
 from .. import failpoints
 from ..device import autocast, default_threads
-from ..errors import MinigptError, option
+from ..errors import MinigptError, Phrase
 from ..model.gpt import MiniGPT
 from . import distributed, threads
 from .distributed import RefusedElsewhere, World
@@ -106,10 +106,16 @@ class WriteFailed(MinigptError):
     exit_code = 1
 
     def __init__(self, reason: str, run: Path, checkpoint_step: int, resume_with: str | None = None):
-        resume = f"resume with: {resume_with}" if resume_with else f"resume it ({option('resume')})"
+        resume = (
+            Phrase("resume with: {command}", command=resume_with) if resume_with else Phrase("resume it ({resume:on})")
+        )
         super().__init__(
-            f"could not write to the run folder {run} ({reason}); its last checkpoint (step {checkpoint_step}) "
-            f"is intact: make room, then {resume}"
+            "could not write to the run folder {folder} ({reason}); its last checkpoint (step "
+            "{checkpoint_step}) is intact: make room, then {then}",
+            folder=run,
+            reason=reason,
+            checkpoint_step=checkpoint_step,
+            then=resume,
         )
         self.reason, self.run, self.checkpoint_step = reason, run, checkpoint_step
 
