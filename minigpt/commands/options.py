@@ -81,11 +81,6 @@ def _is_list(options: Options, name: str) -> bool:
     return any(typing.get_origin(arg) is list for arg in typing.get_args(hint))
 
 
-def annotations(options: type[Options]) -> dict[str, Any]:
-    """Each field's full annotation (Typer's declaration included)."""
-    return typing.get_type_hints(options, include_extras=True)
-
-
 # ---------------------------------------------------------------- flags built from config keys
 
 

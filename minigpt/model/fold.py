@@ -13,7 +13,7 @@ with `n` the plain norm (no gain, no bias) and a Linear's weight stored as [out,
 whose matrices carry what they held (each stored [in, out] in memory, the layout a row-vector
 product reads fastest); the original is untouched. The copy is sampling's own, a model no user
 holds, so no hook can be on it: its modules are called straight through their `forward`, without
-nn.Module's hook machinery (a few microseconds a call, dozens of calls a token), and its Linears
+nn.Module's hook machinery (a cost on every call, dozens of calls a token), and its Linears
 read their weight and bias from where nn.Module keeps them rather than through its attribute
 lookup (`lean`). The user's model is always called through `__call__`, so its hooks fire. Every folded value
 is computed in float64 on the CPU (where every device's weights can be, MPS has no float64) and

@@ -142,7 +142,7 @@ def load_model(
         "free memory or use a machine with more",
     )
     # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
-    # use imports a second of torch machinery, more than the init costs at this size.
+    # use imports more of torch than the init costs at this size.
     model = MiniGPT(model_config, rows)
     model.load_state_dict(weights.payload["model"])
     return model.to(device).eval(), weights.tokenizer

@@ -12,11 +12,12 @@ value stays valid); with `[sample] slide = false` generation stops once the text
 as the book's Mini GPT does. No forward pass ever sees more than `context` positions.
 
 Those full recomputes (and every step with `use_cache=False`) run the model's own forward pass on
-the last position only (`last_only`), and on the folded model wherever a fold applies (fold.py: the
-same class and forward, with each norm's gain and bias folded into the matrix that reads it; the
-same model up to float32 rounding); `fast_path=False` keeps the model itself. The KV-cache steps
-while the window fills stay on the model itself: folding costs about 6 ms at the default shape,
-and a cached step on the folded model is only some 20 us faster, for at most `context - 1` steps.
+the last position only (`last_only`), and on the folded copy wherever a fold applies (model/fold.py:
+the same forward, with each norm's gain and bias folded into the matrix that reads it, the same
+model up to float32 rounding, called without nn.Module's hook machinery since no user holds it);
+`fast_path=False` keeps the model itself, and so does a model someone has registered hooks on (its
+hooks see every pass). The KV-cache steps while the window fills stay on the model itself: a fold
+costs more than the few cached steps it could speed up (at most `context - 1` of them).
 
 Pieces, from pure to plumbing:
     filter_logits, next_token_distribution, choose     one step's distribution and choice

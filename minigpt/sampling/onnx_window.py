@@ -39,7 +39,7 @@ def require() -> None:
     """Refuse `runtime = "onnxruntime"` where the packages are missing, before any work. Found, not
     imported: onnxscript alone takes a second to import, and only an export needs it and onnx."""
     try:
-        import onnxruntime  # noqa: F401  (30 ms)
+        import onnxruntime  # noqa: F401  (light, unlike onnxscript)
 
         missing = [name for name in ("onnxscript", "onnx") if importlib.util.find_spec(name) is None]
     except ImportError:
