@@ -6,6 +6,8 @@
     run.sample("ROMEO:", max_new_tokens=100, seed=1)    # the text; num_samples=3 gives a list
     run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
     run.trace("ROMEO:", scale={"0.attention": 0.0})     # a Comparison, as `trace --compare`
+    run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
+    run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
     run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
     run.export("safetensors", "out/")                   # or "hf": a GPT-2 folder transformers loads
     minigpt.api.import_hf("gpt2/", "runs/gpt2")         # a GPT-2 folder (or import_nanogpt) as a run
@@ -31,8 +33,11 @@ from typing import Any
 from . import failpoints
 from .config import Config, SampleConfig, load_config, updated
 from .device import keep_freed_memory, pick_device, use_threads
-from .errors import MinigptError
+from .errors import MinigptError, Phrase, parameter
+from .inspection import attribution, patching
 from .inspection import interventions as edits
+from .inspection.attribution import Attribution, check_decomposable
+from .inspection.patching import Patching
 from .inspection.scoring import Scores, score
 from .inspection.trace import Comparison, Trace, tokens_to_trace, trace_position
 from .inspection.trace import compare as compare_passes
@@ -55,9 +60,11 @@ from .training.session import Session, TrainingSession
 from .training.trainer import DivergedError, Trainer, TrainResult, WriteFailed, estimate_seconds
 
 __all__ = [
+    "Attribution",
     "Comparison",
     "DivergedError",
     "MinigptError",
+    "Patching",
     "RankLost",
     "RefusedElsewhere",
     "Run",
@@ -174,6 +181,16 @@ def train(
             run_dir=s.cfg.run_dir,
         )
     return result
+
+
+def _changes(scale, replace_residual, ablate_head, set_input) -> list:
+    """Interventions as the API takes them (a mapping or texts, numbers or texts), parsed."""
+    return edits.parse(
+        scale=[f"{k}={v}" for k, v in scale.items()] if isinstance(scale, Mapping) else list(scale),
+        replace_residual=[str(b) for b in replace_residual],
+        ablate_head=[str(h) for h in ablate_head],
+        set_input=set_input if isinstance(set_input, str) or set_input is None else ",".join(map(str, set_input)),
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -325,28 +342,82 @@ class Run:
         set_input: Sequence[float] | str | None = None,
         at_position: bool = False,
         compare: bool | None = None,
+        attribute: str | int | None = None,
+        versus: str | int | None = None,
     ) -> Trace | Comparison:
         """One position (default: the last) followed through every block of one forward pass.
         Interventions change stages of that same pass: `scale` {"0.attention": 0.0} (or
         ["all.ffn=0.5"]), `replace_residual` [0] (or ["all"]), `ablate_head` ["0.1"], `set_input`
         [2, 2, 2, 2]; `at_position` applies the first three at the traced position only. With any
         intervention the result is a Comparison of both passes (`compare=False`: the modified
-        Trace alone)."""
-        changes = edits.parse(
-            scale=[f"{k}={v}" for k, v in scale.items()] if isinstance(scale, Mapping) else list(scale),
-            replace_residual=[str(b) for b in replace_residual],
-            ablate_head=[str(h) for h in ablate_head],
-            set_input=set_input if isinstance(set_input, str) or set_input is None else ",".join(map(str, set_input)),
-        )
+        Trace alone). `attribute` (a token's text, "#ID" or an id) adds the traced position's logit
+        for it (minus `versus`'s) split into the parts that wrote it, as `attribute` returns it
+        (`trace.attribution`; in a Comparison, before and after)."""
+        changes = _changes(scale, replace_residual, ablate_head, set_input)
         if compare and not changes:
             raise MinigptError(
                 "{compare:on} needs at least one intervention ({scale}, {replace_residual}, {ablate_head} or "
                 "{set_input}) to compare with"
             )
+        if versus is not None and attribute is None:
+            raise MinigptError("{versus} is the token an attribution compares with; give {attribute} TOKEN too")
+        tokens = self._tokens(attribute, versus, "attribute", changes)
+        return self._trace(prompt, ids, position, block, top, changes, at_position, compare, tokens)
+
+    def attribute(
+        self,
+        prompt: str | None = None,
+        answer: str | int | None = None,
+        *,
+        ids: Sequence[int] | str | None = None,
+        position: int | None = None,
+        versus: str | int | None = None,
+        scale: Mapping[str, float] | Sequence[str] = (),
+        ablate_head: Sequence[str] = (),
+        set_input: Sequence[float] | str | None = None,
+        at_position: bool = False,
+    ) -> Attribution:
+        """The traced position's logit for `answer` (a token's text, "#ID" or an id), minus
+        `versus`'s, as the sum of what each part wrote into the residual stream: the token and
+        position rows, each block's heads (each through its slice of W_O) and W_O's bias, each
+        block's FFN and the final norm's bias, all through the final norm with this pass's scale.
+        The parts sum to the pass's own logit (`error`: by how much they miss it). Interventions
+        as in `trace`, whose modified pass is then the one split."""
+        if answer is None:
+            raise MinigptError("give the token to attribute: {answer} TOKEN (its text, or #ID)")
+        changes = _changes(scale, (), ablate_head, set_input)
+        tokens = self._tokens(answer, versus, "answer", changes)
+        return self._trace(prompt, ids, position, None, 5, changes, at_position, False, tokens).attribution
+
+    def _tokens(
+        self, answer: str | int | None, versus: str | int | None, name: str, changes: list
+    ) -> tuple[int, int | None] | None:
+        """The attributed token and the one it is compared with, as ids, checked before any pass
+        (`name`: the parameter that gave the first)."""
+        if answer is None:
+            return None
+        check_decomposable(self.model, changes)  # a post-norm model has no sum to split
+        token, other = self._token(answer, parameter(name)), self._token(versus, parameter("versus"))
+        if token == other:
+            raise MinigptError(
+                "{what} and {versus} are the same token ({token!r}); give two different tokens",
+                what=parameter(name),
+                token=self.tokenizer.token_text(token),
+            )
+        return token, other
+
+    def _token(self, value: str | int | None, what: Phrase) -> int | None:
+        """A token given by its text, "#ID" or an id (None stays None)."""
+        if value is None:
+            return None
+        text = f"#{value}" if isinstance(value, int) else value
+        return attribution.resolve_token(self.tokenizer, text, what, self.model.vocab_size)
+
+    def _trace(self, prompt, ids, position, block, top, changes, at_position, compare, tokens) -> Trace | Comparison:
         token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
         if changes and compare is not False:
-            return compare_passes(
+            result = compare_passes(
                 self.model,
                 self.tokenizer,
                 token_ids,
@@ -356,15 +427,58 @@ class Run:
                 top=top,
                 only_at_position=at_position,
             )
-        return trace_position(
+            passes = [(result.before, []), (result.after, changes)]
+        else:
+            result = trace_position(
+                self.model,
+                self.tokenizer,
+                token_ids,
+                position=position,
+                block=block,
+                top=top,
+                interventions=changes,
+                only_at_position=at_position,
+            )
+            passes = [(result, changes)]
+        if tokens is not None:
+            for traced, applied in passes:
+                traced.attribution = attribution.attribute(self.model, self.tokenizer, traced, *tokens, applied)
+        return result
+
+    def patch(
+        self,
+        clean: str | None = None,
+        corrupt: str | None = None,
+        answer: str | int | None = None,
+        versus: str | int | None = None,
+        *,
+        by: str = "stage",
+    ) -> Patching:
+        """Activation patching: the corrupt prompt run with one activation of the clean prompt's pass
+        put back at a time, and how much of the clean logit difference (`answer` minus `versus` at
+        the last position) each restores: 0 is the corrupt run's, 1 the clean run's. `by` "stage":
+        every block's input, attention, residual1, ffn and output at each position; "head": each
+        head's output at every position at once and at each position alone. The prompts must have
+        the same number of tokens."""
+        for value, name in ((clean, "clean"), (corrupt, "corrupt"), (answer, "answer"), (versus, "versus")):
+            if value is None or value == "":
+                raise MinigptError(
+                    "patching needs {clean} TEXT, {corrupt} TEXT, {answer} TOKEN and {versus} TOKEN; {what} is missing",
+                    what=parameter(name),
+                )
+        check_decomposable(self.model)
+        token, other = self._token(answer, parameter("answer")), self._token(versus, parameter("versus"))
+        use_threads(self.cfg.train.threads)  # batches of passes: big enough to share
+        return patching.patch(
             self.model,
             self.tokenizer,
-            token_ids,
-            position=position,
-            block=block,
-            top=top,
-            interventions=changes,
-            only_at_position=at_position,
+            self.tokenizer.encode(clean),
+            self.tokenizer.encode(corrupt),
+            token,
+            other,
+            by=by,
+            clean_text=clean,
+            corrupt_text=corrupt,
         )
 
     # ------------------------------------------------------------ scoring

@@ -6,7 +6,7 @@ Layout states them:
 
 A library module imports its own subpackage and the layers below it, never one above (a peer of its
 layer only where PEERS says so); the command layer stands on the API alone (beside the base, the
-explore page's backend and the renderers of a trace and of curves); no module imports another in a
+explore page's backend and the renderers of a trace, an attribution, patching and curves); no module imports another in a
 cycle; and no library module prints to stdout, exits the process or reads sys.argv."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PEERS = {("training", "sampling")}  # a run's samples while it trains
 WHOLE = {0, len(LAYERS) - 1}  # the top and the base are one layer each: their modules import each other
 # What the command layer may import besides the API: the base, the explore server's backend, and
 # the renderers that turn the API's results into text and pictures.
-COMMANDS_MAY_USE = {"api", "explore", "inspection.trace_text", "inspection.plot", *BASE}
+COMMANDS_MAY_USE = {"api", "explore", "inspection.trace_text", "inspection.why_text", "inspection.plot", *BASE}
 
 
 def module_name(path: Path) -> str:
@@ -295,7 +295,7 @@ def test_every_parameter_a_library_message_names_is_a_flag_and_an_api_argument()
     arguments = {
         name
         for function in [api.train, api.load, api.export, api.import_hf, api.import_nanogpt]
-        + [getattr(api.Run, m) for m in ("sample", "samples", "trace", "eval", "export")]
+        + [getattr(api.Run, m) for m in ("sample", "samples", "trace", "attribute", "patch", "eval", "export")]
         + [trace_text.render_text, trace_text.render_comparison]  # the renderers a trace is shown with
         for name in inspect.signature(function).parameters
     }

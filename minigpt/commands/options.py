@@ -250,13 +250,68 @@ class TraceOptions(Options):
             "divergence of the next-token distributions.",
         ),
     ] = False
+    attribute: Annotated[
+        str | None,
+        typer.Option(
+            "--attribute",
+            help="Split the traced position's logit for TOKEN (its text, one token of the run's tokenizer, or #ID) "
+            "into what each part wrote: token and position rows, every head, every FFN.",
+        ),
+    ] = None
+    versus: Annotated[
+        str | None,
+        typer.Option("--versus", help="With --attribute: split the logit difference TOKEN minus this token."),
+    ] = None
     checkpoint: CheckpointOption = "last"
     png: Annotated[
         Path | None,
         typer.Option(
-            "--png", help="Also write every head's attention weights in every block as heat maps (needs matplotlib)."
+            "--png",
+            help="Also write every head's attention weights in every block as heat maps, or with --attribute "
+            "the parts as bars (needs matplotlib).",
         ),
     ] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchOptions(Options):
+    """Activation patching: run the corrupt prompt, put back one activation of the clean prompt at a
+    time, and show how much of the clean logit difference (answer minus versus) each restores.
+
+    0 is the corrupt run's difference, 1 the clean run's. The prompts must have the same number of
+    tokens; the difference is read at the last position.
+    """
+
+    config: ConfigOption = None
+    run: RunOption = None
+    clean: Annotated[str | None, typer.Option("--clean", help="The prompt whose activations are put back.")] = None
+    corrupt: Annotated[
+        str | None, typer.Option("--corrupt", help="The prompt that is run, with one clean activation at a time.")
+    ] = None
+    answer: Annotated[
+        str | None,
+        typer.Option("--answer", help="The token the clean prompt should predict: its text (one token) or #ID."),
+    ] = None
+    versus: Annotated[
+        str | None, typer.Option("--versus", help="The token it is compared with: the metric is answer minus versus.")
+    ] = None
+    by: Annotated[
+        str,
+        typer.Option(
+            "--by",
+            help="stage: every block's input, attention, residual1, ffn and output at each position; "
+            "head: every head, at all positions and at each.",
+        ),
+    ] = "stage"
+    digits: Annotated[int, typer.Option("--digits", help="Decimals shown for each effect.")] = 2
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the clean and corrupt runs and every effect as JSON.")
+    ] = False
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Also draw the effects as heat maps (needs matplotlib).")
+    ] = None
+    overrides: SetOption = None
+    checkpoint: CheckpointOption = "last"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -359,6 +414,7 @@ COMMANDS: dict[str, tuple[type[Options], str]] = {
     "train": (TrainOptions, "train"),
     "sample": (SampleOptions, "sample"),
     "trace": (TraceOptions, "trace"),
+    "patch": (PatchOptions, "patch"),
     "eval": (EvalOptions, "eval"),
     "export": (ExportOptions, "export"),
     "plot": (PlotOptions, "plot"),

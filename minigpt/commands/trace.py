@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from ..api import Comparison
+from ..api import Comparison, Trace
 from ..inspection.trace_text import check_digits, render_comparison, render_text
+from ..inspection.why_text import render_attribution, render_attribution_pair
 from .common import opened, user_errors
 from .options import TraceOptions
 
@@ -26,12 +27,29 @@ def main(o: TraceOptions) -> None:
             set_input=o.set_input,
             at_position=o.at_position,
             compare=o.compare,
+            attribute=o.attribute,
+            versus=o.versus,
         )
         if isinstance(result, Comparison):
-            typer.echo(result.to_json() if o.as_json else render_comparison(result, digits=o.digits))
+            if o.png is not None and result.after.attribution is not None:
+                _save(result.after, o.png)
+            text = render_comparison(result, digits=o.digits)
+            if result.after.attribution is not None:
+                text += "\n\n" + "\n".join(
+                    render_attribution_pair(result.before.attribution, result.after.attribution, digits=o.digits)
+                )
+            typer.echo(result.to_json() if o.as_json else text)
             return
         if o.png is not None:
-            from ..inspection.plot import attention_figure, save_png
+            _save(result, o.png)
+        text = render_text(result, digits=o.digits)
+        if result.attribution is not None:
+            text += "\n\n" + "\n".join(render_attribution(result.attribution, digits=o.digits))
+        typer.echo(result.to_json() if o.as_json else text)
 
-            save_png(attention_figure(result), o.png)
-        typer.echo(result.to_json() if o.as_json else render_text(result, digits=o.digits))
+
+def _save(result: Trace, path) -> None:
+    """--png: the attribution's parts as bars when one was asked for, else the attention weights."""
+    from ..inspection.plot import attention_figure, attribution_figure, save_png
+
+    save_png(attribution_figure(result.attribution) if result.attribution else attention_figure(result), path)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MinigptError
+from .attribution import Attribution
+from .patching import PATCHED_STAGES, Patching
 from .trace import Trace
 
 EXTRA = 'pip install -e ".[plot]"  (or: pip install matplotlib)'
@@ -99,6 +101,67 @@ def attention_figure(trace: Trace):
             ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(len(labels)), labels, fontsize=7)
             ax.axhline(trace.position, color="#d6552b", linewidth=1.2)  # the traced position's row
+    return figure
+
+
+def attribution_figure(attribution: Attribution, shown: int = 30):
+    """The attribution's largest parts as horizontal bars (towards the token right, away left)."""
+    plt = _pyplot()
+    parts = sorted(attribution.parts, key=lambda part: -abs(part.value))[:shown][::-1]
+    figure, ax = plt.subplots(figsize=(7, 0.28 * len(parts) + 1.4), constrained_layout=True)
+    ax.barh(
+        [part.name for part in parts],
+        [part.value for part in parts],
+        color=["#2b6cb0" if part.value >= 0 else "#d6552b" for part in parts],
+    )
+    ax.axvline(0, color="black", linewidth=0.8)
+    versus = f" minus {attribution.versus!r}" if attribution.versus is not None else ""
+    ax.set_title(
+        f"logit of {attribution.token!r}{versus} at position {attribution.position} = {attribution.total:.4f}",
+        fontsize=9,
+    )
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    return figure
+
+
+def patching_figure(result: Patching):
+    """The effects as heat maps, blocks down: one panel per stage (positions across), or for heads
+    one of heads across (every position at once) and one of positions across (the largest head)."""
+    plt = _pyplot()
+    import numpy as np
+
+    n_layer = 1 + max(e.block for e in result.effects)
+    labels = [f"{p}:{repr(t)[1:-1][:6]}" for p, t in enumerate(result.clean.tokens)]
+    if result.by == "stage":
+        panels = []
+        for stage in PATCHED_STAGES:
+            grid = np.zeros((n_layer, len(labels)))
+            for e in result.effects:
+                if e.stage == stage:
+                    grid[e.block, e.position] = e.effect
+            panels.append((stage, grid, labels))
+    else:
+        n_head = 1 + max(e.head for e in result.effects)
+        heads, positions = np.zeros((n_layer, n_head)), np.zeros((n_layer, len(labels)))
+        for e in result.effects:
+            if e.position is None:
+                heads[e.block, e.head] = e.effect
+            elif abs(e.effect) > abs(positions[e.block, e.position]):
+                positions[e.block, e.position] = e.effect
+        panels = [("each head, every position", heads, [str(h) for h in range(n_head)])]
+        panels.append(("largest head at each position", positions, labels))
+    figure, axes = plt.subplots(
+        1, len(panels), figsize=(3.2 * len(panels) + 1.5, 0.35 * n_layer + 2.2), squeeze=False, constrained_layout=True
+    )
+    limit = max(1.0, *(float(np.abs(grid).max()) for _, grid, _ in panels))
+    for ax, (title, grid, columns) in zip(axes[0], panels):
+        image = ax.imshow(grid, vmin=-limit, vmax=limit, cmap="RdBu", aspect="auto")
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
+        ax.set_yticks(range(n_layer), [f"block {i}" for i in range(n_layer)], fontsize=7)
+    figure.colorbar(image, ax=axes[0][-1], shrink=0.8, label="share of the clean difference restored")
+    figure.suptitle(f"patching: {result.answer!r} minus {result.versus!r}", fontsize=10)
     return figure
 
 

@@ -24,7 +24,7 @@ from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
 from ..model.gpt import MiniGPT, check_context, check_token_ids
-from ..model.recorder import Recorder
+from ..model.recorder import Recorder, Replacement
 from ..text.tokenizer import TextTokenizer
 from .interventions import Intervention, replacements
 
@@ -169,6 +169,7 @@ class Trace:
     probabilities: list[float] = field(default_factory=list, repr=False)  # the whole next-token distribution
     # Every stage the pass recorded, whole ([1, T, ...]), by full name: what `stage` reads; not in JSON.
     recorded: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    attribution: Any = None  # an attribution.Attribution of this pass's logit, when one was asked for
 
     def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
         """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
@@ -192,9 +193,17 @@ class Trace:
         return self.recorded[key][0]
 
     def as_dict(self) -> dict[str, Any]:
-        bare = replace(self, recorded={}, probabilities=[], blocks=[replace(b, full_attention=[]) for b in self.blocks])
+        bare = replace(
+            self,
+            recorded={},
+            probabilities=[],
+            attribution=None,
+            blocks=[replace(b, full_attention=[]) for b in self.blocks],
+        )
         out = _plain(bare)
-        del out["probabilities"], out["recorded"]
+        del out["probabilities"], out["recorded"], out["attribution"]
+        if self.attribution is not None:
+            out["attribution"] = self.attribution.as_dict()
         for block in out["blocks"]:
             del block["full_attention"]
         if not self.interventions:
@@ -287,7 +296,7 @@ def trace_position(
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = Recorder(model.cfg, replacements(list(interventions), model, p, only_at_position))
+    recorder = Recorder(model.cfg, kept_heads(replacements(list(interventions), model, p, only_at_position), model))
     was_training = model.training
     model.eval()
     try:
@@ -361,11 +370,32 @@ def _change(before: list[float], after: list[float]) -> StageChange:
     )
 
 
+def kept_heads(changes: dict[str, Replacement], model: MiniGPT) -> dict[str, Replacement]:
+    """`changes`, and each block's `heads` ([B, H, T, d], replaceable but not recorded) kept in the
+    recorded stages as the pass continues with them (after any intervention's change): what each
+    head writes through its slice of W_O, which the attribution reads."""
+    kept = dict(changes)
+    for i in range(len(model.blocks)):
+        name = stages.block_name(i, stages.HEADS)
+        kept[name] = _keep(name, changes.get(name))
+    return kept
+
+
+def _keep(name: str, change: Replacement | None) -> Replacement:
+    def apply(value: torch.Tensor, recorded: dict[str, torch.Tensor]) -> torch.Tensor:
+        value = value if change is None else change(value, recorded)
+        recorded[name] = value.detach()
+        return value
+
+    return apply
+
+
 def _block_entry(
     tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int, lens_logits: torch.Tensor
 ) -> BlockTrace:
     recorded = recorder.block(i)
     weights = recorded.pop(stages.ATTENTION_WEIGHTS)  # [B, H, T, S]
+    recorded.pop(stages.HEADS)  # kept for the attribution, not a row of the trace
     entering = recorder[stages.INPUT] if i == 0 else recorder[stages.block_name(i - 1, stages.OUTPUT)]
     return BlockTrace(
         index=i,

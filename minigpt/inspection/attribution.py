@@ -1,0 +1,200 @@
+"""Direct logit attribution: one position's logit for a token (or the difference between two
+tokens' logits) written as the sum of what each part of the model wrote into the residual stream.
+
+In a pre-norm model the stream that reaches the final norm is a plain sum (chapter 17.2, "every
+block's update is a correction to the same running x"):
+
+    x = token row + position row + sum over blocks of (attention + ffn)
+    attention = sum over heads h of heads[h] W_O[h] + b_O           (W_O[h]: head h's columns of W_O)
+
+The final norm is linear in x once its scale is fixed: LayerNorm is gamma * (x - mean(x)) * s + beta
+and centring is linear, RMSNorm is gamma * x * s, with s = 1 / sqrt(var(x) + eps) (RMSNorm: the mean
+square) taken from the real pass. So each part p contributes s * (gamma * centred(p)) . w to the
+logit, where w is the head's row for the token (minus the versus token's row), and beta . w is a
+part of its own. The parts sum to the logit the forward pass computed, up to rounding; `error`
+says by how much.
+
+Every row comes from the trace's own recorded pass (trace.py), interventions included: an ablated
+head is a zero part, a scaled sublayer's parts are scaled, a replaced input row is one `input` part.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import MinigptError, Phrase
+from ..model import stages
+from ..model.gpt import MiniGPT
+from ..model.layers import LayerNorm
+from ..text.tokenizer import TextTokenizer
+from .interventions import Intervention, ReplaceResidual, Scale, SetInput
+from .trace import Trace
+
+
+def resolve_token(tokenizer: TextTokenizer, text: str, what: Phrase, vocab_size: int) -> int:
+    """A token named by the user: `#ID`, or a text that is exactly one token of the run's tokenizer."""
+    if text.startswith("#") and len(text) > 1:
+        try:
+            token = int(text[1:])
+        except ValueError:
+            raise MinigptError(
+                "{what} {text!r}: {rest!r} is not a token id; give #ID with ID in 0..{last}, or the token's text",
+                what=what,
+                text=text,
+                rest=text[1:],
+                last=vocab_size - 1,
+            ) from None
+        if not 0 <= token < vocab_size:
+            raise MinigptError(
+                "{what} {text!r}: this model has {vocab_size} tokens, ids 0..{last}",
+                what=what,
+                text=text,
+                vocab_size=vocab_size,
+                last=vocab_size - 1,
+            )
+        return token
+    ids = tokenizer.encode(text) if text else []  # a char tokenizer refuses a character it never saw
+    if len(ids) != 1:
+        pieces = ", ".join(f"{tokenizer.token_text(i)!r} (#{i})" for i in ids) or "nothing"
+        raise MinigptError(
+            "{what} {text!r} encodes to {n_ids} tokens ({pieces}); give exactly one token of the run's "
+            "tokenizer, or its id as #ID",
+            what=what,
+            text=text,
+            n_ids=len(ids),
+            pieces=pieces,
+        )
+    return ids[0]
+
+
+@dataclass
+class Part:
+    """What one part of the model added to the attributed logit (difference)."""
+
+    name: str  # token, position (or input), B.attention.headH, B.attention.bias, B.ffn, final_norm.bias
+    value: float
+
+
+@dataclass
+class Attribution:
+    """The traced position's logit for `token` (minus `versus`'s) as the sum of its parts."""
+
+    position: int
+    token: str
+    id: int
+    versus: str | None
+    versus_id: int | None
+    total: float  # what the forward pass computed: logits[token] - logits[versus]
+    parts: list[Part]  # in the model's order: token, position, block by block, final_norm.bias
+    error: float  # sum of the parts minus total
+    scale: float  # the final norm's 1 / sqrt(var + eps) in this pass, which every part is taken through
+    interventions: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "position": self.position,
+            "token": self.token,
+            "id": self.id,
+            "versus": self.versus,
+            "versus_id": self.versus_id,
+            "total": self.total,
+            "error": self.error,
+            "scale": self.scale,
+            "parts": [{"name": part.name, "value": part.value} for part in self.parts],
+        }
+
+
+def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = ()) -> None:
+    """Refuse what has no residual-stream sum to attribute, in one line saying why."""
+    if model.cfg.norm_position != "pre":
+        raise MinigptError(
+            "attribution needs the residual stream to reach the final norm as a sum of the parts; this model "
+            "is post-norm ([model] norm_position = {given}), whose blocks normalise the sum itself, so its "
+            "logits are not a sum of what each part wrote",
+            given=model.cfg.norm_position,
+        )
+    if any(isinstance(item, ReplaceResidual) for item in interventions):
+        raise MinigptError(
+            "attribution with {replace_residual}: replacing the residual sums removes the running sum the "
+            "attribution splits; attribute the unmodified pass, or use {scale} or {ablate_head}"
+        )
+
+
+def attribute(
+    model: MiniGPT,
+    tokenizer: TextTokenizer,
+    trace: Trace,
+    token: int,
+    versus: int | None = None,
+    interventions: Sequence[Intervention] = (),
+) -> Attribution:
+    """Split `trace`'s logit for `token` at its position (minus `versus`'s) into the parts that wrote
+    the residual stream. `interventions` are those the trace's pass applied."""
+    check_decomposable(model, interventions)
+    cfg, p, recorded = model.cfg, trace.position, trace.recorded
+    last = len(model.blocks) - 1
+    head = model.head.weight.detach().double()  # [V, C]
+    direction = head[token] - (head[versus] if versus is not None else 0.0)  # w: [C]
+    stream = recorded[stages.block_name(last, stages.OUTPUT)][0, p].double()  # what enters the final norm
+    norm = model.final_norm
+    gain = norm.weight.detach().double() if norm.weight is not None else torch.ones_like(stream)
+    if isinstance(norm, LayerNorm):
+        scale = 1.0 / math.sqrt(float(((stream - stream.mean()) ** 2).mean()) + norm.eps)
+
+        def through_norm(row: torch.Tensor) -> float:
+            return float(scale * ((row - row.mean()) * gain) @ direction)
+    else:
+        scale = 1.0 / math.sqrt(float((stream**2).mean()) + norm.eps)
+
+        def through_norm(row: torch.Tensor) -> float:
+            return float(scale * (row * gain) @ direction)
+
+    parts: list[Part] = []
+    if any(isinstance(item, SetInput) for item in interventions):  # the replaced row has no token/position split
+        parts.append(Part(stages.INPUT, through_norm(recorded[stages.INPUT][0, p].double())))
+    else:
+        parts.append(Part("token", through_norm(model.token_table.weight.detach()[trace.ids[p]].double())))
+        parts.append(Part("position", through_norm(model.position_table.weight.detach()[p].double())))
+    d = cfg.n_embd // cfg.n_head
+    for i, block in enumerate(model.blocks):
+        factor = _attention_factor(interventions, i)
+        mixed = recorded[stages.block_name(i, stages.HEADS)][0, :, p].double()  # [H, d], after any ablation
+        out = block.attention.out
+        W_O = out.weight.detach().double()  # [C, C] as [out, in]: head h reads columns h*d .. (h+1)*d - 1
+        for h in range(cfg.n_head):
+            parts.append(
+                Part(f"{i}.attention.head{h}", factor * through_norm(mixed[h] @ W_O[:, h * d : (h + 1) * d].T))
+            )
+        if out.bias is not None:
+            parts.append(Part(f"{i}.attention.bias", factor * through_norm(out.bias.detach().double())))
+        parts.append(Part(f"{i}.ffn", through_norm(recorded[stages.block_name(i, stages.FFN)][0, p].double())))
+    if getattr(norm, "bias", None) is not None:
+        parts.append(Part("final_norm.bias", float(norm.bias.detach().double() @ direction)))
+    logits = recorded[stages.LOGITS][0, p].double()
+    total = float(logits[token] - (logits[versus] if versus is not None else 0.0))
+    return Attribution(
+        position=p,
+        token=tokenizer.token_text(token),
+        id=token,
+        versus=tokenizer.token_text(versus) if versus is not None else None,
+        versus_id=versus,
+        total=total,
+        parts=parts,
+        error=math.fsum(part.value for part in parts) - total,
+        scale=scale,
+        interventions=[str(item) for item in interventions],
+    )
+
+
+def _attention_factor(interventions: Sequence[Intervention], block: int) -> float:
+    """What the scale interventions multiply block `block`'s attention update by (at the traced
+    position, where the attribution reads it, whether they apply everywhere or there only)."""
+    factor = 1.0
+    for item in interventions:
+        if isinstance(item, Scale) and item.stage == stages.ATTENTION and item.block in (None, block):
+            factor *= item.factor
+    return factor

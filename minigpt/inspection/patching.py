@@ -1,0 +1,291 @@
+"""Activation patching: run the corrupt prompt, put back one activation of the clean prompt's pass,
+and measure how much of the clean logit difference (answer minus versus, at the last position)
+comes back:
+
+    effect = (patched - corrupt) / (clean - corrupt)     0: the corrupt run's, 1: the clean run's
+
+`by="stage"` patches every block's residual stream (its `input`, `residual1`, `output`) and
+sublayer updates (`attention`, `ffn`) at each position; `by="head"` patches each head's mixed
+values (`heads`, before W_O) at every position at once and at each position alone.
+
+A patched pass is the corrupt pass up to the first activation the patch changes, so only what
+follows is computed: the blocks from the patched one on, at the positions from the first changed
+row on (a causal model's earlier rows cannot see it), reading the corrupt pass's keys and values
+for the rows before. Patches that share a block and a first changed row run as one batch through
+the model's own blocks (hooks fire as in any pass). What the arithmetic decides is not computed:
+a patch that changes no row (the clean and corrupt rows are equal) leaves the corrupt run exactly,
+effect 0; a row after the last block's attention at an earlier position reaches nothing, effect 0;
+the metric is one function of the last position's final-norm input, so a patch that makes that row
+the clean run's gives exactly 1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import MinigptError
+from ..model import stages
+from ..model.cache import KVCache, LayerCache
+from ..model.gpt import MiniGPT
+from ..model.recorder import Recorder
+from ..text.tokenizer import TextTokenizer
+from .attribution import check_decomposable
+from .trace import check_ids, kept_heads
+
+BY = ("stage", "head")
+# The stages `by="stage"` patches, in the order a pre-norm block computes them: the stream entering
+# the block, the attention update, the stream after it, the FFN update, the stream leaving.
+PATCHED_STAGES = (stages.INPUT, stages.ATTENTION, stages.RESIDUAL1, stages.FFN, stages.OUTPUT)
+
+
+@dataclass
+class Prompt:
+    """One of the two prompts: its tokens and the logit difference its own pass ends in."""
+
+    text: str | None
+    ids: list[int]
+    tokens: list[str]
+    logit_difference: float  # answer's logit minus versus's at the last position
+
+
+@dataclass
+class Effect:
+    """One patch and how much of the clean logit difference it restores."""
+
+    block: int
+    stage: str  # input, attention, residual1, ffn, output; heads for a head's mixed values
+    position: int | None  # None: every position at once
+    head: int | None
+    effect: float
+
+
+@dataclass
+class Patching:
+    clean: Prompt
+    corrupt: Prompt
+    answer: str
+    answer_id: int
+    versus: str
+    versus_id: int
+    by: str
+    effects: list[Effect]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+    def effect(self, block: int, stage: str, position: int | None = None, head: int | None = None) -> float:
+        """The effect of one patch of this sweep, by where it was made."""
+        for item in self.effects:
+            if (item.block, item.stage, item.position, item.head) == (block, stage, position, head):
+                return item.effect
+        raise KeyError((block, stage, position, head))
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Where a patch puts back the clean value: a block's stage at one position (None: all), and
+    for `heads` which head."""
+
+    block: int
+    stage: str
+    position: int | None = None
+    head: int | None = None
+
+
+def sweep(n_layer: int, n_head: int, length: int, by: str) -> list[Patch]:
+    """Every patch of one sweep, block by block."""
+    if by == "stage":
+        return [Patch(i, s, p) for i in range(n_layer) for s in PATCHED_STAGES for p in range(length)]
+    return [Patch(i, stages.HEADS, p, h) for i in range(n_layer) for h in range(n_head) for p in (None, *range(length))]
+
+
+class _Pass:
+    """One prompt's recorded pass: every stage (heads kept), and each block's keys and values."""
+
+    def __init__(self, model: MiniGPT, ids: list[int]):
+        n_layer, T = len(model.blocks), len(ids)
+        self.recorder = Recorder(model.cfg, kept_heads({}, model))
+        self.keys, self.values = [], []
+        cache = KVCache(n_layer, T)
+        model(torch.tensor([ids], device=model.token_table.weight.device), recorder=self.recorder, cache=cache)
+        for layer in cache.layers:
+            self.keys.append(layer.keys[:, :, :T])
+            self.values.append(layer.values[:, :, :T])
+        self.final = self.recorder[stages.block_name(n_layer - 1, stages.OUTPUT)][0, -1]  # the final norm's input
+
+    def stage(self, block: int, stage: str) -> Tensor:
+        """A block's stage at every position ([1, T, C]; heads [1, H, T, d]); `input` is what enters it."""
+        if stage == stages.INPUT:
+            return self.recorder[stages.INPUT if block == 0 else stages.block_name(block - 1, stages.OUTPUT)]
+        return self.recorder[stages.block_name(block, stage)]
+
+
+def patch(
+    model: MiniGPT,
+    tokenizer: TextTokenizer,
+    clean: list[int],
+    corrupt: list[int],
+    answer: int,
+    versus: int,
+    by: str = "stage",
+    clean_text: str | None = None,
+    corrupt_text: str | None = None,
+    patches: list[Patch] | None = None,
+) -> Patching:
+    """Every patch of the `by` sweep (or the `patches` given), each put back alone into the corrupt run."""
+    check_decomposable(model)
+    if by not in BY:
+        raise MinigptError("{by} {given!r}: patch by one of: {known}", given=by, known=", ".join(BY))
+    for ids in (clean, corrupt):
+        check_ids(model, ids)
+    if len(clean) != len(corrupt):
+        raise MinigptError(
+            "the clean prompt has {n_clean} tokens and the corrupt one {n_corrupt}; patching puts back one "
+            "position's activation at the same position, so give prompts of the same token length "
+            "(clean: {clean_tokens}; corrupt: {corrupt_tokens})",
+            n_clean=len(clean),
+            n_corrupt=len(corrupt),
+            clean_tokens=" ".join(repr(tokenizer.token_text(i)) for i in clean),
+            corrupt_tokens=" ".join(repr(tokenizer.token_text(i)) for i in corrupt),
+        )
+    if answer == versus:
+        raise MinigptError(
+            "{answer} and {versus} are the same token ({token!r}, #{id}); the metric is their logit "
+            "difference, so give two different tokens",
+            token=tokenizer.token_text(answer),
+            id=answer,
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            direction = (model.head.weight[answer] - model.head.weight[versus]).detach().double()
+
+            def metric(row: Tensor) -> float:  # one function of the final norm's input row, so equal rows score equally
+                return float(model.final_norm(row.unsqueeze(0))[0].double() @ direction)
+
+            clean_pass, corrupt_pass = _Pass(model, clean), _Pass(model, corrupt)
+            high, low = metric(clean_pass.final), metric(corrupt_pass.final)
+            if high == low:
+                raise MinigptError(
+                    "the clean and the corrupt prompt end in the same logit difference ({value:.6g}) between "
+                    "{answer} and {versus}; there is nothing for a patch to restore: give prompts the model "
+                    "answers differently",
+                    value=high,
+                )
+            chosen = patches if patches is not None else sweep(len(model.blocks), model.cfg.n_head, len(clean), by)
+            finals = _patched_finals(model, clean_pass, corrupt_pass, chosen, len(clean))
+            effects = [
+                Effect(
+                    item.block, item.stage, item.position, item.head, (metric(row) - low) / (high - low) + 0.0
+                )  # + 0.0: no -0.0
+                for item, row in zip(chosen, finals)
+            ]
+    finally:
+        model.train(was_training)
+    return Patching(
+        clean=Prompt(clean_text, list(clean), [tokenizer.token_text(i) for i in clean], high),
+        corrupt=Prompt(corrupt_text, list(corrupt), [tokenizer.token_text(i) for i in corrupt], low),
+        answer=tokenizer.token_text(answer),
+        answer_id=answer,
+        versus=tokenizer.token_text(versus),
+        versus_id=versus,
+        by=by,
+        effects=effects,
+    )
+
+
+def _share(value: float, low: float, high: float) -> float:
+    """Where `value` lies from `low` (0) to `high` (1); + 0.0 turns a -0.0 into 0.0."""
+    return (value - low) / (high - low) + 0.0
+
+
+def _changed_rows(model: MiniGPT, clean: _Pass, corrupt: _Pass, item: Patch, length: int) -> list[int]:
+    """The positions whose row the patch changes and from which a change can reach the last
+    position's final row; none: the patched run is the corrupt run."""
+    positions = range(length) if item.position is None else [item.position]
+    after_attention = item.stage != stages.INPUT  # its row reaches other positions only through later blocks
+    if after_attention and item.block == len(model.blocks) - 1:
+        positions = [p for p in positions if p == length - 1]
+    a, b = clean.stage(item.block, item.stage), corrupt.stage(item.block, item.stage)
+    if item.stage == stages.HEADS:
+        return [p for p in positions if not torch.equal(a[0, item.head, p], b[0, item.head, p])]
+    return [p for p in positions if not torch.equal(a[0, p], b[0, p])]
+
+
+def _patched_finals(model: MiniGPT, clean: _Pass, corrupt: _Pass, chosen: list[Patch], length: int) -> list[Tensor]:
+    """The last position's final-norm input in each patched run."""
+    finals: list[Tensor] = [corrupt.final] * len(chosen)
+    groups: dict[tuple[int, int], list[tuple[int, Patch, list[int]]]] = defaultdict(list)
+    for k, item in enumerate(chosen):
+        rows = _changed_rows(model, clean, corrupt, item, length)
+        if rows:
+            groups[(item.block, rows[0])].append((k, item, rows))
+    for (block, start), members in groups.items():
+        rows_out = _run_group(model, clean, corrupt, block, start, [(item, rows) for _, item, rows in members], length)
+        for (k, _, _), row in zip(members, rows_out):
+            finals[k] = row
+    return finals
+
+
+def _run_group(
+    model: MiniGPT,
+    clean: _Pass,
+    corrupt: _Pass,
+    block: int,
+    start: int,
+    members: list[tuple[Patch, list[int]]],
+    length: int,
+) -> Tensor:
+    """Patched runs that change block `block` first at row `start`, as one batch: the corrupt
+    stream entering the block from `start` on, the corrupt keys and values before it."""
+    B, last = len(members), len(model.blocks) - 1
+    x = corrupt.stage(block, stages.INPUT)[:, start:].expand(B, -1, -1).clone()  # [B, T - start, C]
+    puts: dict[str, list[tuple[int, int, int | None, Tensor]]] = defaultdict(list)
+    for b, (item, rows) in enumerate(members):
+        value = clean.stage(item.block, item.stage)
+        for p in rows:
+            if item.stage == stages.INPUT:
+                x[b, p - start] = value[0, p]
+            else:
+                row = value[0, item.head, p] if item.stage == stages.HEADS else value[0, p]
+                puts[stages.block_name(block, item.stage)].append((b, p, item.head, row))
+    recorder = Recorder(model.cfg, {name: _put(rows, length) for name, rows in puts.items()})
+    for i in range(block, last + 1):
+        cache = LayerCache(length)
+        if start:
+            cache.extend(
+                corrupt.keys[i][:, :, :start].expand(B, -1, -1, -1),
+                corrupt.values[i][:, :, :start].expand(B, -1, -1, -1),
+            )
+        scoped = recorder.scoped(stages.block_prefix(i)) if i == block else None
+        x = model.blocks[i](x, scoped, cache, i == last)
+    return x[:, -1]
+
+
+def _put(rows: list[tuple[int, int, int | None, Tensor]], length: int):
+    """A replacement that writes clean rows into the batch: (member, position, head, row). The
+    value holds the last rows of the prompt (from the group's first changed row, or the last one
+    alone past the last block's attention), so position p is at p - (length - rows held)."""
+
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+        value = value.clone()
+        heads = value.dim() == 4  # [B, H, T, d]
+        offset = length - value.shape[2 if heads else 1]
+        for b, p, h, row in rows:
+            if p >= offset:
+                if heads:
+                    value[b, h, p - offset] = row
+                else:
+                    value[b, p - offset] = row
+        return value
+
+    return apply
