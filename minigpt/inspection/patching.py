@@ -107,10 +107,11 @@ def sweep(n_layer: int, n_head: int, length: int, by: str) -> list[Patch]:
     return [Patch(i, stages.HEADS, p, h) for i in range(n_layer) for h in range(n_head) for p in (None, *range(length))]
 
 
-class _Pass:
+class Pass:
     """One prompt's recorded pass: every stage (heads kept), and each block's keys and values."""
 
     def __init__(self, model: MiniGPT, ids: list[int]):
+        self.ids = list(ids)
         n_layer, T = len(model.blocks), len(ids)
         self.recorder = Recorder(model.cfg, kept_heads({}, model))
         self.keys, self.values = [], []
@@ -172,7 +173,7 @@ def patch(
             def metric(row: Tensor) -> float:  # one function of the final norm's input row, so equal rows score equally
                 return float(model.final_norm(row.unsqueeze(0))[0].double() @ direction)
 
-            clean_pass, corrupt_pass = _Pass(model, clean), _Pass(model, corrupt)
+            clean_pass, corrupt_pass = Pass(model, clean), Pass(model, corrupt)
             high, low = metric(clean_pass.final), metric(corrupt_pass.final)
             if high == low:
                 raise MinigptError(
@@ -182,7 +183,7 @@ def patch(
                     value=high,
                 )
             chosen = patches if patches is not None else sweep(len(model.blocks), model.cfg.n_head, len(clean), by)
-            finals = _patched_finals(model, clean_pass, corrupt_pass, chosen, len(clean))
+            finals = patched_finals(model, clean_pass, corrupt_pass, chosen)
             effects = [
                 Effect(
                     item.block, item.stage, item.position, item.head, (metric(row) - low) / (high - low) + 0.0
@@ -208,7 +209,7 @@ def _share(value: float, low: float, high: float) -> float:
     return (value - low) / (high - low) + 0.0
 
 
-def _changed_rows(model: MiniGPT, clean: _Pass, corrupt: _Pass, item: Patch, length: int) -> list[int]:
+def _changed_rows(model: MiniGPT, clean: Pass, corrupt: Pass, item: Patch, length: int) -> list[int]:
     """The positions whose row the patch changes and from which a change can reach the last
     position's final row; none: the patched run is the corrupt run."""
     positions = range(length) if item.position is None else [item.position]
@@ -221,8 +222,10 @@ def _changed_rows(model: MiniGPT, clean: _Pass, corrupt: _Pass, item: Patch, len
     return [p for p in positions if not torch.equal(a[0, p], b[0, p])]
 
 
-def _patched_finals(model: MiniGPT, clean: _Pass, corrupt: _Pass, chosen: list[Patch], length: int) -> list[Tensor]:
-    """The last position's final-norm input in each patched run."""
+def patched_finals(model: MiniGPT, clean: Pass, corrupt: Pass, chosen: list[Patch]) -> list[Tensor]:
+    """The last position's final-norm input in each patched run (a patch that changes nothing: the
+    corrupt pass's own row)."""
+    length = len(corrupt.ids)
     finals: list[Tensor] = [corrupt.final] * len(chosen)
     groups: dict[tuple[int, int], list[tuple[int, Patch, list[int]]]] = defaultdict(list)
     for k, item in enumerate(chosen):
@@ -238,8 +241,8 @@ def _patched_finals(model: MiniGPT, clean: _Pass, corrupt: _Pass, chosen: list[P
 
 def _run_group(
     model: MiniGPT,
-    clean: _Pass,
-    corrupt: _Pass,
+    clean: Pass,
+    corrupt: Pass,
     block: int,
     start: int,
     members: list[tuple[Patch, list[int]]],
