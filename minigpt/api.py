@@ -447,8 +447,8 @@ class Run:
 
     def patch(
         self,
-        clean: str | None = None,
-        corrupt: str | None = None,
+        clean: str | Sequence[int] | None = None,
+        corrupt: str | Sequence[int] | None = None,
         answer: str | int | None = None,
         versus: str | int | None = None,
         *,
@@ -456,7 +456,8 @@ class Run:
     ) -> Patching:
         """Activation patching: the corrupt prompt run with one activation of the clean prompt's pass
         put back at a time, and how much of the clean logit difference (`answer` minus `versus` at
-        the last position) each restores: 0 is the corrupt run's, 1 the clean run's. `by` "stage":
+        the last position) each restores: 0 is the corrupt run's, 1 the clean run's. The prompts
+        are texts or lists of token ids. `by` "stage":
         every block's input, attention, residual1, ffn and output at each position; "head": each
         head's output at every position at once and at each position alone. The prompts must have
         the same number of tokens."""
@@ -472,13 +473,13 @@ class Run:
         return patching.patch(
             self.model,
             self.tokenizer,
-            self.tokenizer.encode(clean),
-            self.tokenizer.encode(corrupt),
+            self.tokenizer.encode(clean) if isinstance(clean, str) else list(clean),
+            self.tokenizer.encode(corrupt) if isinstance(corrupt, str) else list(corrupt),
             token,
             other,
             by=by,
-            clean_text=clean,
-            corrupt_text=corrupt,
+            clean_text=clean if isinstance(clean, str) else None,
+            corrupt_text=corrupt if isinstance(corrupt, str) else None,
         )
 
     # ------------------------------------------------------------ scoring

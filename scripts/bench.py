@@ -25,6 +25,11 @@ where it matters, so both see the same machine at the same moment):
   - a folder of 1,000 files totalling 200 MB (made the same way): `minigpt train --data FOLDER
     --steps 1`, wall time and peak memory with the token cache empty and then warm (`--only folder`
     measures this alone).
+  - activation patching (`--only patching`): the `by="stage"` and `by="head"` sweeps of
+    `minigpt.inspection.patching.patch` on GPT-2 small's shape (12 blocks, 12 heads, width 768,
+    random weights) and on the default config's shape, a 20-token prompt whose corrupt copy
+    differs in one token (at position 10, and at position 0: every row then differs), with the
+    arithmetic each sweep needs and the seconds it would take at the float32 matmul peak;
   - `--against DIR` (with `--only versions`): this checkout against another one (a worktree of the
     commit before a change, say), the figures a change must keep: the training step, `minigpt
     train`'s rate through the CLI, sampling through the API, and `minigpt sample -n 200` start to
@@ -865,6 +870,63 @@ print(json.dumps({"tokens_per_s": best}))
 """
 
 
+def patching_benchmark(config: str | None, peak_float32: float, repeats: int = 2) -> dict:
+    """Seconds of each patching sweep (best of `repeats`), on GPT-2 small's shape and the default
+    config's shape with random weights, and the arithmetic the sweep computes (forward FLOPs of
+    the rows it recomputes), so the figure can be set against the float32 matmul peak."""
+    from minigpt.config import ModelConfig
+    from minigpt.inspection.patching import patch, sweep
+    from minigpt.model.gpt import MiniGPT
+
+    class Numbered:
+        def token_text(self, i: int) -> str:
+            return f"t{i}"
+
+    shapes = {
+        "gpt2_small": (ModelConfig(n_layer=12, n_head=12, n_embd=768, ffn_hidden=3072, context=1024), 50257),
+        "default": (load_config(config).model, 1024),
+    }
+    out = {}
+    for name, (cfg, vocab) in shapes.items():
+        torch.manual_seed(0)
+        model = MiniGPT(cfg, vocab).eval()
+        length = min(20, cfg.context)
+        clean = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(1)).tolist()
+        for where in (length // 2, 0):
+            corrupt = list(clean)
+            corrupt[where] = (corrupt[where] + 1) % vocab
+            for by in ("stage", "head"):
+                best = math.inf
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    patch(model, Numbered(), clean, corrupt, 1, 2, by=by)
+                    best = min(best, time.perf_counter() - started)
+                flops = _patching_flops(cfg, sweep(cfg.n_layer, cfg.n_head, length, by), length, where)
+                out[f"{name}_{by}_changed_at_{where}"] = {
+                    "seconds": round(best, 3),
+                    "tflop": round(flops / 1e12, 3),
+                    "seconds_at_float32_peak": round(flops / (peak_float32 * 1e9), 3),
+                }
+                print(f"  patching {name} by {by}, token {where} changed: {best:.2f} s", file=sys.stderr, flush=True)
+    return out
+
+
+def _patching_flops(cfg, patches, length: int, changed: int) -> float:
+    """The matmul FLOPs of the rows a sweep recomputes: a patch at block i first changing row r
+    recomputes rows r.. of blocks i.. (the last block's FFN and head for the last row alone is
+    not counted apart); patches before the changed token, or past the last block's attention at an
+    earlier row, compute nothing."""
+    per_row = 2 * (4 * cfg.n_embd * cfg.n_embd + 2 * cfg.n_embd * cfg.ffn_hidden)  # QKV, W_O, W1, W2
+    total = 0.0
+    last = cfg.n_layer - 1
+    for item in patches:
+        first = changed if item.position is None else item.position
+        if first < changed or (item.block == last and item.stage != "input" and first < length - 1):
+            continue
+        total += per_row * (length - first) * (cfg.n_layer - item.block)
+    return total
+
+
 def versions_benchmark(other: Path, env: dict, scratch: Path, rounds: int = 3) -> dict:
     """This checkout ("this") against the one at `other`: every figure of each in child processes
     whose PYTHONPATH names that checkout, the two alternating round by round, the best round of
@@ -908,6 +970,19 @@ def versions_benchmark(other: Path, env: dict, scratch: Path, rounds: int = 3) -
     return {"other": str(versions["other"]), "runs": figures}
 
 
+def patching_rows(patching: dict, row) -> None:
+    for name, figures in patching.items():
+        target = "< 10 s" if name.startswith("gpt2_small") else "< 1 s"
+        row(
+            f"patching sweep {name} (s; ref.: at the float32 peak)",
+            figures["seconds"],
+            figures["seconds_at_float32_peak"],
+            "s",
+            target,
+            "of-reference",
+        )
+
+
 def versions_rows(versions: dict, row) -> None:
     this, other = versions["runs"]["this"], versions["runs"]["other"]
     for key, label, better in (
@@ -944,7 +1019,7 @@ def main() -> None:
     parser.add_argument("--folder-mb", type=float, default=200, help="size of the generated folder, in all")
     parser.add_argument(
         "--only",
-        choices=["folder", "cli", "quality", "versions"],
+        choices=["folder", "cli", "quality", "versions", "patching"],
         default=None,
         help="measure this part alone (and the machine), nothing else",
     )
@@ -1018,6 +1093,15 @@ def main() -> None:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         versions_rows(report["versions"], row)
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print_rows(report)
+        print(f"\n(JSON: {args.json_out})")
+        return
+    if args.only == "patching":
+        report["matmul_gflops"] = {"float32": round(matmul_peak(torch.float32))}
+        report["patching"] = patching_benchmark(args.config, report["matmul_gflops"]["float32"])
+        patching_rows(report["patching"], row)
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print_rows(report)
@@ -1187,6 +1271,8 @@ def main() -> None:
             report["large_text"] = large_text(args.large_mb, env)
             report["folder"] = folder_benchmark(args.folder_files, args.folder_mb, args.config, env)
         torch.set_num_threads(threads)
+        report["patching"] = patching_benchmark(args.config, report["matmul_gflops"]["float32"])
+        patching_rows(report["patching"], row)
         again = {"float32": round(matmul_peak(torch.float32)), "bfloat16": round(matmul_peak(torch.bfloat16))}
         report["matmul_gflops"] = {k: max(v, again[k]) for k, v in report["matmul_gflops"].items()}
         peak32, peak = (

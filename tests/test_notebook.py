@@ -28,5 +28,7 @@ def test_the_tour_runs_top_to_bottom_in_a_real_kernel(tmp_path):
     assert any("ROMEO:" in t and "Run(" in t for t in text)  # the sample, under the loaded run
     assert any("tensor(0.)" in t for t in text)  # residual1 = input + attention, exactly
     assert any("KL(before || after)" in t for t in text)
+    assert any("= the sum of" in t and "error" in t for t in text)  # the attribution
+    assert any("last block's output at the last position restores 1.0" in t for t in text)  # patching, exactly
     assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs)  # the attention maps
     assert (tmp_path / "runs" / "tour" / "checkpoint.pt").is_file()

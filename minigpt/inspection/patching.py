@@ -225,18 +225,26 @@ def _changed_rows(model: MiniGPT, clean: Pass, corrupt: Pass, item: Patch, lengt
 def patched_finals(model: MiniGPT, clean: Pass, corrupt: Pass, chosen: list[Patch]) -> list[Tensor]:
     """The last position's final-norm input in each patched run (a patch that changes nothing: the
     corrupt pass's own row)."""
-    length = len(corrupt.ids)
-    finals: list[Tensor] = [corrupt.final] * len(chosen)
-    groups: dict[tuple[int, int], list[tuple[int, Patch, list[int]]]] = defaultdict(list)
-    for k, item in enumerate(chosen):
+    length, last = len(corrupt.ids), len(model.blocks) - 1
+    # A block's output is the next block's input (the same tensor): patched once, read by both.
+    same = [
+        Patch(p.block + 1, stages.INPUT, p.position) if p.stage == stages.OUTPUT and p.block < last else p
+        for p in chosen
+    ]
+    unique = list(dict.fromkeys(same))
+    found: dict[Patch, Tensor] = {}
+    groups: dict[tuple[int, int], list[tuple[Patch, list[int]]]] = defaultdict(list)
+    for item in unique:
         rows = _changed_rows(model, clean, corrupt, item, length)
         if rows:
-            groups[(item.block, rows[0])].append((k, item, rows))
+            groups[(item.block, rows[0])].append((item, rows))
+        else:
+            found[item] = corrupt.final
     for (block, start), members in groups.items():
-        rows_out = _run_group(model, clean, corrupt, block, start, [(item, rows) for _, item, rows in members], length)
-        for (k, _, _), row in zip(members, rows_out):
-            finals[k] = row
-    return finals
+        found.update(
+            zip([item for item, _ in members], _run_group(model, clean, corrupt, block, start, members, length))
+        )
+    return [found[item] for item in same]
 
 
 def _run_group(
