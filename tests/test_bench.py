@@ -122,3 +122,19 @@ def test_the_versions_children_time_this_checkouts_step_and_api_sampling(bench, 
     )
     assert config.is_file() and sample.returncode == 0, sample.stderr
     assert json.loads(sample.stdout.splitlines()[-1])["tokens_per_s"] > 0
+
+
+def test_the_patching_sweeps_arithmetic_counts_the_rows_each_patch_recomputes(bench):
+    from minigpt.config import ModelConfig
+    from minigpt.inspection.patching import Patch, sweep
+
+    cfg = ModelConfig(n_layer=2, n_head=2, n_embd=4, ffn_hidden=8, context=8)
+    per_row = 2 * (4 * 4 * 4 + 2 * 4 * 8)
+    # block 0's input at row 1: rows 1..3 of both blocks; before the changed row (2): nothing
+    assert bench._patching_flops(cfg, [Patch(0, "input", 1)], 4, 1) == per_row * 3 * 2
+    assert bench._patching_flops(cfg, [Patch(0, "input", 1)], 4, 2) == 0
+    # past the last block's attention, only the last row reaches the answer
+    assert bench._patching_flops(cfg, [Patch(1, "ffn", 2), Patch(1, "ffn", 3)], 4, 0) == per_row * 1 * 1
+    # a head at every position starts at the changed row
+    assert bench._patching_flops(cfg, [Patch(0, "heads", None, 1)], 4, 1) == per_row * 3 * 2
+    assert len(sweep(2, 2, 4, "head")) == 2 * 2 * 5 and len(sweep(2, 2, 4, "stage")) == 2 * 5 * 4

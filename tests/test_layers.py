@@ -6,8 +6,8 @@ Layout states them:
 
 A library module imports its own subpackage and the layers below it, never one above (a peer of its
 layer only where PEERS says so); the command layer stands on the API alone (beside the base, the
-explore page's backend and the renderers of a trace, an attribution, patching and curves); no module imports another in a
-cycle; and no library module prints to stdout, exits the process or reads sys.argv."""
+explore page's backend and the renderers of a trace, an attribution, a patching sweep and curves);
+no module imports another in a cycle; and no library module prints to stdout, exits the process or reads sys.argv."""
 
 from __future__ import annotations
 

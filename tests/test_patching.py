@@ -227,3 +227,18 @@ def test_the_api_refuses_in_its_own_words():
     run = load(None, config=REPO / "configs" / "lesson09.toml")
     with pytest.raises(MinigptError, match="answer and versus are the same token"):
         run.patch("abc", "adc", "b", 1)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "minigpt trace -c configs/lesson09.toml --ids 0,1,2 --attribute c --versus b",
+        "minigpt patch -c configs/lesson09.toml --clean abc --corrupt adc --answer c --versus b",
+    ],
+)
+def test_the_readmes_lesson_output_is_what_the_command_prints(command, monkeypatch):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = readme.split(f"$ {command}\n", 1)[1].split("```", 1)[0].removeprefix("...\n").rstrip("\n")
+    monkeypatch.chdir(REPO)
+    printed = CliRunner().invoke(app, command.split()[1:]).stdout.rstrip("\n")
+    assert printed.endswith(shown), (printed, shown)

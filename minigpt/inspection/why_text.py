@@ -130,8 +130,13 @@ def render_patching(result: Patching, digits: int = 2, width: int = WIDTH) -> st
     heads_at = {(e.block, e.position, e.head): e.effect for e in result.effects if e.position is not None}
     out += ["", "each head at one position: the largest effect of any head, by block and position"]
     out += _grid([f"block {i}" for i in range(n_layer)], columns, lambda r, c: best.get((r, c), 0.0), digits, width)
-    ranked = sorted(heads_at.items(), key=lambda item: -abs(item[1]))[:10]
-    out += ["", "the largest single-position head patches:"]
+    ranked = sorted((item for item in heads_at.items() if item[1] != 0.0), key=lambda item: -abs(item[1]))[:10]
+    out += [
+        "",
+        "the largest single-position head patches (the others restore nothing):"
+        if len(ranked) < 10
+        else "the largest single-position head patches:",
+    ]
     out += [
         f"  block {b} head {h} at position {p} ({show_token(clean.tokens[p])}): {number(v, digits)}"
         for (b, p, h), v in ranked
