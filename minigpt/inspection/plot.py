@@ -160,7 +160,7 @@ def patching_figure(result: Patching):
         ax.set_title(title, fontsize=9)
         ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
         ax.set_yticks(range(n_layer), [f"block {i}" for i in range(n_layer)], fontsize=7)
-    figure.colorbar(image, ax=axes[0][-1], shrink=0.8, label="share of the clean difference restored")
+    figure.colorbar(image, ax=axes[0][-1], shrink=0.8, label="restored")
     figure.suptitle(f"patching: {result.answer!r} minus {result.versus!r}", fontsize=10)
     return figure
 
