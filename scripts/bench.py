@@ -912,16 +912,19 @@ def patching_benchmark(config: str | None, peak_float32: float, repeats: int = 2
 
 
 def _patching_flops(cfg, patches, length: int, changed: int) -> float:
-    """The matmul FLOPs of the rows a sweep recomputes: a patch at block i first changing row r
-    recomputes rows r.. of blocks i.. (the last block's FFN and head for the last row alone is
-    not counted apart); patches before the changed token, or past the last block's attention at an
-    earlier row, compute nothing."""
+    """The matmul FLOPs of the rows a sweep must recompute at least: a patch at block i first
+    changing row r recomputes rows r.. of blocks i.. (the last block's FFN and head for the last
+    row alone is not counted apart); patches before the changed token, or past the last block's
+    attention at an earlier row, compute nothing, and a block's output is the next block's input
+    (one patch). Batching neighbouring rows together computes somewhat more, faster."""
     per_row = 2 * (4 * cfg.n_embd * cfg.n_embd + 2 * cfg.n_embd * cfg.ffn_hidden)  # QKV, W_O, W1, W2
     total = 0.0
     last = cfg.n_layer - 1
     for item in patches:
         first = changed if item.position is None else item.position
         if first < changed or (item.block == last and item.stage != "input" and first < length - 1):
+            continue
+        if item.stage == "output" and item.block < last:  # the same patch as the next block's input
             continue
         total += per_row * (length - first) * (cfg.n_layer - item.block)
     return total

@@ -137,4 +137,6 @@ def test_the_patching_sweeps_arithmetic_counts_the_rows_each_patch_recomputes(be
     assert bench._patching_flops(cfg, [Patch(1, "ffn", 2), Patch(1, "ffn", 3)], 4, 0) == per_row * 1 * 1
     # a head at every position starts at the changed row
     assert bench._patching_flops(cfg, [Patch(0, "heads", None, 1)], 4, 1) == per_row * 3 * 2
+    # block 0's output is block 1's input: counted once
+    assert bench._patching_flops(cfg, [Patch(0, "output", 1), Patch(1, "input", 1)], 4, 0) == per_row * 3 * 1
     assert len(sweep(2, 2, 4, "head")) == 2 * 2 * 5 and len(sweep(2, 2, 4, "stage")) == 2 * 5 * 4

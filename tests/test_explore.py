@@ -2,16 +2,19 @@
 what `minigpt sample` computes, refuses bad input with a 400 and other hosts and sites with a 403,
 and keeps answering ten clients at once; in headless Chromium (Selenium), at 1280x800 and at
 800x1000, the page never scrolls sideways, every attention heat-map cell is `trace --json`'s weight,
-the sampling sliders give `sample`'s own probabilities, a step appends `sample`'s token, and an
-intervention highlights exactly the stages whose rows changed. Tokens, sliders and stages are
-driven from the keyboard.
+the sampling sliders give `sample`'s own probabilities, a step appends `sample`'s token, an
+intervention highlights exactly the stages whose rows changed, every attribution bar is `trace
+--attribute --json`'s part (before and after with an intervention) and every patching cell `patch
+--json`'s effect. Tokens, sliders, stages and bars are driven from the keyboard.
 
 With MINIGPT_SCREENSHOTS=docs the run also writes the README's screenshots into docs/ (the default
-run, which must be trained in runs/default first, and a GPT-2-shaped model)."""
+run, which must be trained in runs/default first, a GPT-2-shaped model, and the attribution and
+patching views of a tiny trained run)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import importlib.util
 import json
@@ -108,11 +111,16 @@ def gpt2(gpt2_run):
         yield url
 
 
+@functools.cache  # the same command line answers the same: asked once for both window sizes
 def minigpt_json(*args: str) -> dict | list:
     done = subprocess.run([sys.executable, "-m", "minigpt", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     return json.loads(lines[0]) if len(lines) == 1 else [json.loads(line) for line in lines]
+
+
+def cli_patch(run: Path, *args: str) -> dict:
+    return minigpt_json("patch", "--run", str(run), "--json", *args)
 
 
 def cli_trace(run: Path, *args: str) -> dict:
@@ -182,6 +190,15 @@ def test_the_api_answers_what_trace_json_prints(server):
         ("api/step", json.dumps({"ids": [0, 1, 2, 3]}).encode(), "fills the position table (4 rows)"),
         ("api/step", json.dumps({"ids": [0, 9]}).encode(), "token id 9 is not in the vocabulary"),
         ("api/step", b"", "the request body must be 1..65536 bytes"),
+        ("api/trace", json.dumps({"prompt": "ab", "attribute": "ab"}).encode(), "attribute 'ab' encodes to 2 tokens"),
+        ("api/trace", json.dumps({"prompt": "ab", "versus": "a"}).encode(), "give attribute TOKEN too"),
+        ("api/patch", json.dumps({"clean": "abc", "corrupt": "ab"}).encode(), "the clean prompt has 3 tokens"),
+        ("api/patch", json.dumps({"clean": "abc", "corrupt": "dbc", "by": "x"}).encode(), "by 'x': patch by one of"),
+        (
+            "api/patch",
+            json.dumps({"clean": "abc", "corrupt": "dbc", "answer": "a", "versus": "a"}).encode(),
+            "same token",
+        ),
     ],
 )
 def test_bad_requests_get_a_400_with_the_librarys_message_and_the_server_keeps_serving(server, path, body, message):
@@ -189,6 +206,26 @@ def test_bad_requests_get_a_400_with_the_librarys_message_and_the_server_keeps_s
     assert status == 400 and message in data["error"], data
     assert "--" not in data["error"], data  # a page is answered in the request's names, not in flags
     assert post(server, json.dumps({"prompt": "ab"}).encode())[0] == 200
+
+
+def test_the_api_answers_what_patch_json_and_trace_attribute_print(server):
+    for by in ("stage", "head"):
+        body = {"clean": "abc", "corrupt": "dbc", "answer": "a", "versus": "#1", "by": by}
+        status, data = post(server, json.dumps(body).encode(), "api/patch")
+        assert status == 200 and data.pop("spelled") == {"answer": "a", "versus": "b"}
+        assert data == cli_patch(
+            LESSON_RUN, "--clean", "abc", "--corrupt", "dbc", "--answer", "a", "--versus", "#1", "--by", by
+        )
+    # no tokens given: the clean prompt's likeliest next token, and the corrupt one's
+    status, data = post(server, json.dumps({"clean": "abc", "corrupt": "dbc"}).encode(), "api/patch")
+    clean, corrupt = cli_compare("-p", "abc")["next_tokens"][0], cli_compare("-p", "dbc")["next_tokens"]
+    versus = next(c for c in corrupt if c["id"] != clean["id"])
+    assert status == 200 and (data["answer_id"], data["versus_id"]) == (clean["id"], versus["id"])
+    body = {"prompt": "dab", "position": 1, "scale": ["0.ffn=0.5"], "attribute": "a", "versus": "c"}
+    status, data = post(server, json.dumps(body).encode())
+    flags = ("-p", "dab", "--position", "1", "--scale", "0.ffn=0.5", "--attribute", "a", "--versus", "c")
+    assert status == 200 and data == cli_compare(*flags, "--compare")
+    assert data["after"]["attribution"]["parts"][-1]["name"] == "0.ffn"
 
 
 def test_a_port_in_use_is_refused_in_one_line(server):
@@ -370,7 +407,13 @@ def open_page(page, url: str, size: tuple[int, int]):
     assert page.execute_script("return [window.innerWidth, window.innerHeight]") == [width, height]
     wait = WebDriverWait(page, 120, ignored_exceptions=(StaleElementReferenceException,))
     wait.until(lambda p: dataset(p).get("state") == "ready")
+    # The first bars choose the token the attribution splits, and the page traces once more with it.
+    wait.until(lambda p: p.execute_script(SETTLED))
     return wait
+
+
+SETTLED = """return document.body.dataset.state === "ready" &&
+  (S.model.attribution.refused !== null || (S.request !== null && "attribute" in S.request))"""
 
 
 def dataset(page) -> dict:
@@ -412,11 +455,18 @@ def no_sideways_overflow(page) -> None:
     assert scroll_width <= width and outside == [], found
 
 
-def shoot(page, name: str) -> None:
+def shoot(page, name: str, showing: str | None = None) -> None:
+    """The window as it is (scrolled to the top, or to the element `showing` names by id), into
+    the MINIGPT_SCREENSHOTS folder."""
     if SCREENSHOTS:
         folder = Path(SCREENSHOTS)
         folder.mkdir(parents=True, exist_ok=True)
-        page.execute_script("document.getElementById('tip').hidden = true; window.scrollTo(0, 0)")
+        page.execute_script(
+            "document.getElementById('tip').hidden = true;"
+            "if (arguments[0]) document.getElementById(arguments[0]).scrollIntoView({block: 'end'});"
+            "else window.scrollTo(0, 0);",
+            showing,
+        )
         page.save_screenshot(str(folder / name))
 
 
@@ -650,3 +700,196 @@ def test_screenshots_of_the_default_run(browser, size):
         wait.until(lambda p: dataset(p).get("next"))
         no_sideways_overflow(page)
         shoot(page, f"explore-{size[0]}.png")
+
+
+# ---------------------------------------------------------------- attribution and patching, in a browser
+
+
+def attribution_bars(page) -> list[tuple[str, float | None, float | None]]:
+    """Each attribution bar's part and the numbers it draws: (name, value, before), the server's own
+    as the bar holds them (None where the bar has none)."""
+    found = page.execute_script(
+        "return [...document.querySelectorAll('#attribution .part')].map((r) => "
+        "[r.dataset.name, r.dataset.value ?? null, r.dataset.before ?? null])"
+    )
+    return [(n, None if v is None else float(v), None if b is None else float(b)) for n, v, b in found]
+
+
+def parts_of(attribution: dict) -> list[tuple[str, float]]:
+    return [(p["name"], p["value"]) for p in attribution["parts"]] + [("total", attribution["total"])]
+
+
+def showing_attribution(page, **fields) -> bool:
+    request = shown_request(page) or {}
+    return all(request.get(k) == v for k, v in fields.items()) and bool(
+        page.execute_script("return S.data.attribution || (S.data.after && S.data.after.attribution)")
+    )
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_every_attribution_bar_is_trace_attributes_part(browser, tiny_run, tiny, size):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    page = browser
+    wait = open_page(page, tiny, size)
+    trace_prompt(page, wait, "the cat")
+    # The attribution starts on the likeliest next token, the first bar.
+    top = cli_trace(tiny_run, "-p", "the cat")["next_tokens"]
+    answer, versus = f"#{top[0]['id']}", f"#{top[1]['id']}"
+    wait.until(lambda p: showing_attribution(p, prompt="the cat", attribute=answer))
+    expected = cli_trace(tiny_run, "-p", "the cat", "--attribute", answer)["attribution"]
+    assert [(n, v) for n, v, _ in attribution_bars(page)] == parts_of(expected)
+    assert "chosen" in page.find_element(By.CSS_SELECTOR, f'#bars .bar[data-id="{top[0]["id"]}"]').get_attribute(
+        "class"
+    )
+    # A second bar, from the keyboard, is the token compared with.
+    page.find_element(By.CSS_SELECTOR, f'#bars .bar[data-id="{top[1]["id"]}"]').send_keys(Keys.ENTER)
+    wait.until(lambda p: showing_attribution(p, attribute=answer, versus=versus))
+    expected = cli_trace(tiny_run, "-p", "the cat", "--attribute", answer, "--versus", versus)["attribution"]
+    assert [(n, v) for n, v, _ in attribution_bars(page)] == parts_of(expected)
+    no_sideways_overflow(page)
+
+    # Each bar is a click away from its stage.
+    def part(name: str) -> None:
+        page.find_element(By.CSS_SELECTOR, f'#attribution .part[data-name="{name}"]').click()
+
+    part("1.attention.head1")
+    assert page.find_element(By.CSS_SELECTOR, '#strip button[data-block="1"]').get_attribute("aria-pressed") == "true"
+    assert (
+        page.find_element(By.CSS_SELECTOR, '#diagram [data-stage="attention"]').get_attribute("aria-pressed") == "true"
+    )
+    chosen = page.find_elements(By.CSS_SELECTOR, "#attention .heat.chosen canvas")
+    assert [(c.get_attribute("data-block"), c.get_attribute("data-head")) for c in chosen] == [("1", "1")]
+    part("0.ffn")
+    wait.until(lambda p: "block 0 · ffn at position 6" in p.find_element(By.ID, "row-title").text)
+    part("token")
+    wait.until(lambda p: "token row + position row" in p.find_element(By.ID, "row-title").text)
+    part("final_norm.bias")
+    wait.until(lambda p: "final norm at position" in p.find_element(By.ID, "row-title").text)
+
+    # With an intervention: both passes' parts, each bar holding before and after.
+    page.find_element(By.CSS_SELECTOR, '#strip button[data-block="1"]').click()
+    page.find_element(By.ID, "scale-attention").send_keys(Keys.HOME)
+    wait.until(lambda p: showing_attribution(p, scale=["1.attention=0"], versus=versus))
+    flags = ("-p", "the cat", "--scale", "1.attention=0", "--compare", "--attribute", answer, "--versus", versus)
+    compared = cli_trace(tiny_run, *flags)
+    shown = attribution_bars(page)
+    assert [(n, v) for n, v, _ in shown] == parts_of(compared["after"]["attribution"])
+    assert [(n, b) for n, _, b in shown] == parts_of(compared["before"]["attribution"])
+    assert [v for n, v, _ in shown if n.startswith("1.attention")] == [0.0, 0.0, 0.0]
+    no_sideways_overflow(page)
+    if size == (1280, 800):
+        shoot(page, "explore-attribution.png", "attribution-card")
+    page.find_element(By.ID, "clear-versus").click()
+    wait.until(
+        lambda p: showing_attribution(p, scale=["1.attention=0"], attribute=answer) and "versus" not in shown_request(p)
+    )
+    assert page.find_element(By.ID, "clear-versus").get_attribute("disabled")
+    # Replacing the residual sums leaves no sum to split: the card says so in the library's words.
+    page.find_element(By.ID, "replace").click()
+    wait.until(
+        lambda p: (shown_request(p) or {}).get("replace_residual") == ["1"] and "attribute" not in shown_request(p)
+    )
+    assert "attribution with replace_residual" in page.find_element(By.ID, "attribution").text
+
+
+def patch_maps(page) -> dict[str, list[list[float]]]:
+    """Every cell of each by-stage map: [block][position], the effect the canvas draws."""
+    return page.execute_script(
+        "const out = {};"
+        "for (const c of document.querySelectorAll('canvas.patch-map')) out[c.dataset.stage] = "
+        "[...Array(arguments[0])].map((_, b) => [...Array(arguments[1])].map((_, p) => c.cells.value(b, p)));"
+        "return out;",
+        2,
+        7,
+    )
+
+
+def head_map(page) -> list[list[float]]:
+    return page.execute_script(
+        "const c = document.getElementById('patch-head-map');"
+        "return [...Array(2)].map((_, b) => [...Array(2)].map((_, h) => c.cells.value(b, h)));"
+    )
+
+
+def click_cell(page, canvas, row: int, column: int) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    page.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+    x, y = page.execute_script(f"return arguments[0].cells.center({row}, {column})", canvas)
+    ActionChains(page).move_to_element_with_offset(
+        canvas, x - canvas.size["width"] / 2, y - canvas.size["height"] / 2
+    ).click().perform()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_every_patching_cell_is_patch_jsons_effect(browser, tiny_run, tiny, size):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    page = browser
+    wait = open_page(page, tiny, size)
+    trace_prompt(page, wait, "the cat")
+    page.find_element(By.ID, "corrupt").send_keys("the dog", Keys.ENTER)
+    wait.until(lambda p: dataset(p).get("patchState") == "ready")
+    asked = json.loads(dataset(page)["patch"])
+    # The tokens start as the clean prompt's likeliest next token and the corrupt one's likeliest
+    # other than it (these two prompts share their likeliest: versus is the corrupt one's second).
+    clean, corrupt = (
+        cli_trace(tiny_run, "-p", "the cat")["next_tokens"],
+        cli_trace(tiny_run, "-p", "the dog")["next_tokens"],
+    )
+    versus = next(c for c in corrupt if c["id"] != clean[0]["id"])
+    assert (asked["answer"], asked["versus"]) == (f"#{clean[0]['id']}", f"#{versus['id']}")
+    assert page.find_element(By.ID, "patch-answer").get_attribute("value") == clean[0]["token"]
+    flags = ("--clean", "the cat", "--corrupt", "the dog", "--answer", asked["answer"], "--versus", asked["versus"])
+    by_stage = cli_patch(tiny_run, *flags)
+    by_head = cli_patch(tiny_run, *flags, "--by", "head")
+
+    def effect(answer: dict, block: int, stage: str, position: int | None, head: int | None) -> float:
+        return next(
+            e["effect"]
+            for e in answer["effects"]
+            if (e["block"], e["stage"], e["position"], e["head"]) == (block, stage, position, head)
+        )
+
+    stages = ["input", "attention", "residual1", "ffn", "output"]
+    assert patch_maps(page) == {
+        s: [[effect(by_stage, b, s, p, None) for p in range(7)] for b in range(2)] for s in stages
+    }
+    for at in (None, 0, 4, 6):
+        value = "all" if at is None else str(at)
+        Select(page.find_element(By.ID, "patch-position")).select_by_value(value)
+        wait.until(
+            lambda p, value=value: p.find_element(By.ID, "patch-head-map").get_attribute("data-position") == value
+        )
+        assert head_map(page) == [[effect(by_head, b, "heads", at, h) for h in range(2)] for b in range(2)]
+    Select(page.find_element(By.ID, "patch-position")).select_by_value("all")
+    no_sideways_overflow(page)
+    if size == (1280, 800):
+        shoot(page, "explore-patching.png", "patch-card")
+
+    # A cell clicked: the corrupt prompt traced at its position, the patched stage outlined.
+    click_cell(page, page.find_element(By.CSS_SELECTOR, 'canvas.patch-map[data-stage="ffn"]'), 1, 5)
+    wait.until(lambda p: (shown_request(p) or {}).get("prompt") == "the dog" and shown_request(p).get("position") == 5)
+    wait.until(lambda p: "block 1 · ffn at position 5" in p.find_element(By.ID, "row-title").text)
+    outlined = page.find_elements(By.CSS_SELECTOR, '#diagram [data-patched="true"]')
+    assert [(g.get_attribute("data-block"), g.get_attribute("data-stage")) for g in outlined] == [("1", "ffn")]
+    assert "patched" in page.find_element(By.CSS_SELECTOR, '#strip button[data-block="1"]').get_attribute("class")
+    assert str(effect(by_stage, 1, "ffn", 5, None)) in page.find_element(By.ID, "patching").text
+    # A head's cell (every position at once): the last position, its block's attention and its map.
+    click_cell(page, page.find_element(By.ID, "patch-head-map"), 0, 1)
+    wait.until(lambda p: (shown_request(p) or {}).get("prompt") == "the dog" and "position" not in shown_request(p))
+    wait.until(
+        lambda p: p.find_elements(
+            By.CSS_SELECTOR, '#diagram [data-block="0"][data-stage="attention"][data-patched="true"]'
+        )
+    )
+    chosen = page.find_elements(By.CSS_SELECTOR, "#attention .heat.chosen canvas")
+    assert [(c.get_attribute("data-block"), c.get_attribute("data-head")) for c in chosen] == [("0", "1")]
+    # Tracing another prompt leaves the patched run: nothing outlined.
+    trace_prompt(page, wait, "the cat")
+    assert page.find_elements(By.CSS_SELECTOR, '#diagram [data-patched="true"]') == []
+    no_sideways_overflow(page)

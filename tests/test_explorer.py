@@ -1,8 +1,10 @@
 """minigpt/explorer.py, in-process: what `minigpt explore`'s page is answered. The distribution is
 sampling's own `next_token_distribution` of the traced logits, bit for bit; the step is the token
 `sample` appends; the attention matrices travel as the model's own bytes; the residual adds the
-diagram draws are the model's adds; a padded vocabulary is never drawn; refusals name the request's
-fields, never a flag. The Host rules that keep other sites out (commands/explore.py) are here too."""
+diagram draws are the model's adds; a padded vocabulary is never drawn; the attribution is Run.trace's
+and the patching sweeps Run.patch's, their default tokens the two prompts' likeliest; refusals name
+the request's fields, never a flag. The Host rules that keep other sites out (commands/explore.py)
+are here too."""
 
 from __future__ import annotations
 
@@ -224,12 +226,122 @@ def test_a_padded_vocabulary_is_never_drawn_nor_barred(padded_run):
         ("trace", {"prompt": "RO", "set_input": [1, 2]}, "set_input [1, 2] must be a string"),
         ("trace", ["a list"], "must be a JSON object"),
         ("step", "text", "must be a JSON object"),
+        ("trace", {"prompt": "RO", "attribute": 1.5}, 'attribute 1.5 must be a token\'s text, "#ID" or an integer id'),
+        ("trace", {"prompt": "RO", "attribute": True}, "attribute True must be a token's text"),
+        ("trace", {"prompt": "RO", "versus": "O"}, "versus is the token an attribution compares with; give attribute"),
+        ("trace", {"prompt": "RO", "attribute": "RO"}, "attribute 'RO' encodes to 2 tokens"),
+        ("trace", {"prompt": "RO", "attribute": "#9999"}, "attribute '#9999': this model has"),
+        ("trace", {"prompt": "RO", "attribute": "O", "versus": "#x"}, "versus '#x': 'x' is not a token id"),
+        ("trace", {"prompt": "RO", "attribute": "O", "versus": "O"}, "attribute and versus are the same token"),
+        ("trace", {"prompt": "RO", "attribute": "O", "replace_residual": ["0"]}, "attribution with replace_residual"),
+        ("next_tokens", {"prompt": "RO", "attribute": ["O"]}, "attribute ['O'] must be a token's text"),
+        ("patch", "text", "must be a JSON object"),
+        ("patch", {"clean": 3, "corrupt": "RA"}, "clean 3 must be a string or a list of integers"),
+        ("patch", {"clean": "RO", "corrupt": [0, "1"]}, "corrupt [0, '1'] must be a string or a list of integers"),
+        (
+            "patch",
+            {"corrupt": "RA"},
+            "patching needs clean TEXT, corrupt TEXT, answer TOKEN and versus TOKEN; clean is",
+        ),
+        ("patch", {"clean": "RO", "corrupt": ""}, "corrupt is missing"),
+        ("patch", {"clean": "RO", "corrupt": "ROM"}, "the clean prompt has 2 tokens and the corrupt one 3"),
+        ("patch", {"clean": "RO", "corrupt": "RA", "by": "block"}, "by 'block': patch by one of: stage, head"),
+        ("patch", {"clean": "RO", "corrupt": "RA", "by": 1}, 'by 1 must be "stage" or "head"'),
+        ("patch", {"clean": "R€", "corrupt": "RA"}, "clean: text has 1 character(s) the char tokenizer never saw"),
+        ("patch", {"clean": "RO", "corrupt": "R€"}, "corrupt: text has 1 character(s) the char tokenizer never saw"),
+        ("patch", {"clean": "RO", "corrupt": "RA", "answer": 2.5}, "answer 2.5 must be a token's text"),
+        ("patch", {"clean": "RO", "corrupt": "RA", "answer": "#x"}, "answer '#x': 'x' is not a token id"),
+        (
+            "patch",
+            {"clean": "RO", "corrupt": "RA", "answer": "O", "versus": "O"},
+            "answer and versus are the same token",
+        ),
+        ("patch", {"clean": "RO", "corrupt": "RO"}, "end in the same logit difference"),
     ],
 )
 def test_refusals_name_the_requests_fields_never_a_flag(explorer, call, body, message):
     with pytest.raises(MinigptError) as caught:
         getattr(explorer, call)(body)
     assert message in str(caught.value) and "--" not in str(caught.value)
+
+
+def test_the_attribution_is_run_traces_own(explorer):
+    run = explorer.run
+    answer = explorer.trace({"prompt": "ROMEO", "position": 3, "attribute": "#36", "versus": " ", "views": True})
+    expected = run.trace("ROMEO", position=3, attribute="#36", versus=" ").as_dict()
+    assert {k: v for k, v in answer.items() if k != "views"} == expected
+    assert [p["name"] for p in answer["attribution"]["parts"]][:3] == ["token", "position", "0.attention.head0"]
+    # with an intervention, both passes split: the before pass is the plain one's
+    answer = explorer.trace({"prompt": "ROMEO", "attribute": 36, "ablate_head": ["1.0"], "at_position": True})
+    expected = run.trace("ROMEO", attribute=36, ablate_head=["1.0"], at_position=True).as_dict()
+    assert (
+        answer == expected
+        and answer["before"]["attribution"] == run.trace("ROMEO", attribute=36).as_dict()["attribution"]
+    )
+    assert answer["after"]["attribution"]["parts"][6] == {"name": "1.attention.head0", "value": 0.0}
+    # the bars that follow read the same logits, attribution or not
+    assert explorer.next_tokens({"prompt": "ROMEO", "attribute": "#36"}) == explorer.next_tokens({"prompt": "ROMEO"})
+
+
+def likeliest(run, prompt: str) -> list[int]:
+    """The prompt's next-token ids by logit (ties: lower id first), over the ids the tokenizer writes."""
+    logits = run.trace(prompt).stage(None, "logits")[: run.tokenizer.vocab_size]
+    return torch.sort(logits, descending=True, stable=True).indices.tolist()
+
+
+@pytest.mark.parametrize("by", ["stage", "head"])
+def test_patching_is_run_patchs_own(explorer, by):
+    run = explorer.run
+    answer = explorer.patch({"clean": "the cat", "corrupt": "the dog", "answer": "e", "versus": "#1", "by": by})
+    assert {k: v for k, v in answer.items() if k != "spelled"} == run.patch(
+        "the cat", "the dog", "e", "#1", by=by
+    ).as_dict()
+    assert answer["spelled"] == {"answer": "e", "versus": "#1"}  # a space shows as its id in a box
+    ids = run.tokenizer.encode("the dog")
+    as_ids = explorer.patch(
+        {"clean": run.tokenizer.encode("the cat"), "corrupt": ids, "answer": 36, "versus": 1, "by": by}
+    )
+    assert as_ids["effects"] == answer["effects"] and as_ids["corrupt"]["text"] is None
+
+
+@pytest.mark.parametrize("clean, corrupt", [("RO", "RA"), ("the cat", "the dog")])
+def test_patching_defaults_to_each_prompts_likeliest_next_token(explorer, clean, corrupt):
+    """The answer is the clean prompt's likeliest next token, versus the corrupt one's likeliest
+    other than the answer (the second pair shares its likeliest: versus is the runner-up)."""
+    run = explorer.run
+    answer_id = likeliest(run, clean)[0]
+    versus_id = next(i for i in likeliest(run, corrupt) if i != answer_id)
+    answer = explorer.patch({"clean": clean, "corrupt": corrupt})
+    assert (answer["answer_id"], answer["versus_id"]) == (answer_id, versus_id)
+    assert {k: v for k, v in answer.items() if k != "spelled"} == run.patch(
+        clean, corrupt, answer_id, versus_id
+    ).as_dict()
+    given = explorer.patch({"clean": clean, "corrupt": corrupt, "answer": "#1" if answer_id != 1 else "#2"})
+    assert given["versus_id"] == next(i for i in likeliest(run, corrupt) if i != given["answer_id"])
+
+
+@pytest.fixture
+def post_norm_run(tmp_path, tiny_config):
+    text = (tmp_path / "tiny.txt").read_text(encoding="utf-8")
+    tokenizer = TextTokenizer(train_tokenizer("char", 0, text))
+    cfg = load_config(tiny_config, ['model.norm_position="post"'])
+    torch.manual_seed(0)
+    model = MiniGPT(cfg.model, vocab_size=tokenizer.vocab_size).eval()
+    (tmp_path / "post").mkdir()
+    write_run_files(tmp_path / "post", cfg, tokenizer, model_payload(cfg, model, tokenizer.vocab_size))
+    return tmp_path / "post"
+
+
+def test_the_page_is_told_why_a_model_has_no_attribution(explorer, post_norm_run):
+    refusals = explorer.model_info()["attribution"]
+    assert refusals["refused"] is None and "attribution with replace_residual" in refusals["refused_replacing"]
+    post = Explorer(minigpt.load(post_norm_run))
+    refused = post.model_info()["attribution"]["refused"]
+    assert "this model is post-norm" in refused and "--" not in refused
+    for call, body in (("trace", {"prompt": "RO", "attribute": "O"}), ("patch", {"clean": "RO", "corrupt": "RA"})):
+        with pytest.raises(MinigptError) as caught:
+            getattr(post, call)(body)
+        assert str(caught.value) == refused
 
 
 def test_the_page_starts_where_sample_starts(explorer):

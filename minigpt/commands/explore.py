@@ -3,14 +3,19 @@ plain JavaScript shipped in the package, no build step, nothing fetched from els
 explorer.py computes with the library's own code:
 
     GET  /                the page (and its /explore.css, /explore.js, /draw.js)
-    GET  /api/model       the model's shape, its residual adds, the run's [sample] settings
+    GET  /api/model       the model's shape, its residual adds, the run's [sample] settings, and why
+                          its logits cannot be attributed or patched (null: they can)
     POST /api/trace       {"prompt" | "ids", "position", "scale": ["0.attention=0", ...],
                            "replace_residual": [...], "ablate_head": [...], "set_input": "2,2,2,2",
-                           "at_position": false, "views": false}  ->  trace.Trace or trace.Comparison
-                          as JSON (`minigpt trace --json [--compare]`); "views": true adds "views"
+                           "at_position": false, "attribute": TOKEN, "versus": TOKEN, "views": false}
+                          ->  trace.Trace or trace.Comparison as JSON (`minigpt trace --json [--compare]
+                          [--attribute TOKEN --versus TOKEN]`); "views": true adds "views"
     POST /api/next        the same fields + "temperature", "top_k", "top_p"  ->  the next-token bars
     POST /api/step        {"prompt" | "ids", "greedy", "seed", "temperature", "top_k", "top_p"}  ->
                           the token `minigpt sample -n 1` appends
+    POST /api/patch       {"clean", "corrupt": TEXT or ids, "answer", "versus": TOKEN (default: the clean
+                          and the corrupt prompt's likeliest next tokens), "by": "stage" | "head"}  ->
+                          what `minigpt patch --json` prints, and each token "spelled" for the page
 
 A refusal is a 400 with {"error": the one-line message, naming the request's fields as the Python
 API names its arguments}; the server never stops on bad input. Nobody else drives it: it binds to
@@ -146,6 +151,7 @@ def _handler(explorer: Explorer, files: dict[str, tuple[bytes, str]]) -> type[Ba
         "/api/trace": explorer.trace,
         "/api/next": explorer.next_tokens,
         "/api/step": explorer.step,
+        "/api/patch": explorer.patch,
     }
 
     class Handler(BaseHTTPRequestHandler):

@@ -137,6 +137,45 @@ const Draw = (() => {
     return c;
   }
 
+  // A grid of signed values, `rows` x `cols`, in the diverging palette (-limit and +limit at its
+  // ends); row labels on the left, column labels under the cells when they fit; `marked` [r, c]
+  // outlined. The canvas carries `cells` for hovering and tests: cells.value(r, c), cells.at(x, y)
+  // -> [r, c] or null, cells.center(r, c) -> [x, y].
+  function grid(rows, cols, value, cell, limit, { rowLabels = null, colLabels = null, marked = null } = {}) {
+    const pad = rowLabels ? 7 * Math.max(...rowLabels.map((t) => t.length)) + 6 : 0;
+    const under = colLabels && cell >= 12 ? 14 : 0;
+    const [c, g] = canvas(pad + cols * cell + 2, rows * cell + 2 + under, "grid");
+    const image = cellImage(cols, rows, (i) => diverging(value(Math.floor(i / cols), i % cols), limit));
+    g.imageSmoothingEnabled = false;
+    g.drawImage(image, pad + 1, 1, cols * cell, rows * cell);
+    g.font = "11px ui-monospace, monospace";
+    g.fillStyle = "#5f6b7a";
+    g.textBaseline = "middle";
+    if (rowLabels) rowLabels.forEach((t, r) => g.fillText(t, 2, 1 + (r + 0.5) * cell, pad - 4));
+    g.textAlign = "center";
+    if (under) colLabels.forEach((t, k) => g.fillText(t.slice(0, 3), pad + 1 + (k + 0.5) * cell, rows * cell + 9, cell));
+    if (cell >= 8) { // thin gaps between the cells, so neighbours of one colour stay apart
+      g.strokeStyle = "#fff";
+      g.lineWidth = 1;
+      for (let k = 1; k < cols; k++) g.strokeRect(pad + 1 + k * cell, 1, 0, rows * cell);
+      for (let r = 1; r < rows; r++) g.strokeRect(pad + 1, 1 + r * cell, cols * cell, 0);
+    }
+    if (marked) {
+      g.strokeStyle = "#111";
+      g.lineWidth = 2;
+      g.strokeRect(pad + 1 + marked[1] * cell, 1 + marked[0] * cell, cell, cell);
+    }
+    c.cells = {
+      value,
+      at: (x, y) => {
+        const r = Math.floor((y - 1) / cell), k = Math.floor((x - pad - 1) / cell);
+        return r >= 0 && k >= 0 && r < rows && k < cols ? [r, k] : null;
+      },
+      center: (r, k) => [pad + 1 + (k + 0.5) * cell, 1 + (r + 0.5) * cell],
+    };
+    return c;
+  }
+
   // Every block's every head at thumbnail size, in one canvas: blocks down, heads across. All the
   // cells are written into one image first (one pixel each), then scaled into place.
   function overview(blocks, heads, T, weight, thumb, gap, selected) {
@@ -230,5 +269,5 @@ const Draw = (() => {
     return s;
   }
 
-  return { diverging, sequential, css, limitOf, strip, legend, heatMap, overview, lineChart, short, span };
+  return { diverging, sequential, css, limitOf, strip, legend, heatMap, grid, overview, lineChart, short, span };
 })();

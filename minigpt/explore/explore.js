@@ -1,6 +1,7 @@
 // minigpt explore: the page's state, its requests and its views. The server computes (the trace,
-// the norms, the reshaped next-token distribution, the next token); this file only lays out and
-// draws what it answers (draw.js). The stage order comes from the trace itself, never from here.
+// the norms, the reshaped next-token distribution, the next token, the attribution, the patching
+// sweeps); this file only lays out and draws what it answers (draw.js). The stage order comes from
+// the trace itself, never from here.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -16,6 +17,13 @@ const S = {
   request: null, // the request it answered
   next: null, // the last /api/next answer
   appendedFrom: null, // chips from here on were appended by "next token"
+  attribute: null, // {id, token}: the next token whose logit the attribution splits (chosen from the bars)
+  versus: null, // {id, token}: the token whose logit it is compared with (null: the logit alone)
+  head: null, // {block, head}: the head an attribution part or a patching cell points at
+  clean: null, // what the patching card patches: the prompt traced from the prompt box, never a patch click's
+  patching: null, // the /api/patch answers: {stage, head}
+  patched: null, // {block, stage, position, head, ids}: the patch whose stage the diagram outlines
+  patchPosition: "all", // the position whose head effects the head map shows ("all": every one at once)
 };
 
 // ---------------------------------------------------------------- requests
@@ -48,7 +56,18 @@ function traceRequest() {
     for (let h = 0; h < S.model.n_head; h++) if (e.ablate.has(`${b}.${h}`)) body.ablate_head.push(`${b}.${h}`);
   }
   if (e.setInput.trim()) body.set_input = e.setInput.trim();
+  if (S.attribute && !attributionRefused()) {
+    body.attribute = `#${S.attribute.id}`;
+    if (S.versus) body.versus = `#${S.versus.id}`;
+  }
   return body;
+}
+
+// Why this trace has no attribution, in the library's words (null: it has one): a post-norm model
+// has no residual-stream sum to split, and replacing the residual sums removes it.
+function attributionRefused() {
+  const a = S.model.attribution;
+  return a.refused || (S.edits.replace.size ? a.refused_replacing : null);
 }
 
 const trace = coalesced(async () => {
@@ -77,9 +96,22 @@ const nextTokens = coalesced(async () => {
   const { ok, data } = await post("/api/next", body);
   if (!ok) { showError(data.error); return; }
   S.next = data;
-  renderBars();
+  keepingFocus(renderBars);
   document.body.dataset.next = JSON.stringify(body);
+  // The attribution starts on the likeliest next token, as the bars show it first.
+  if (!S.attribute && !attributionRefused() && data.candidates.length) chooseToken(data.candidates[0]);
 });
+
+// A next-token bar clicked: the first chooses the token whose logit is split, another the token it
+// is compared with; with both chosen, a click starts again from the token clicked.
+function chooseToken(c) {
+  if (attributionRefused()) return;
+  const token = { id: c.id, token: c.token };
+  if (!S.attribute || (S.versus && c.id !== S.attribute.id)) { S.attribute = token; S.versus = null; }
+  else if (c.id !== S.attribute.id) S.versus = token;
+  else return;
+  trace();
+}
 
 async function step() {
   const s = S.sampling;
@@ -90,7 +122,7 @@ async function step() {
     if (!ok) { showError(data.error); return; }
     showError("");
     if (S.appendedFrom === null) S.appendedFrom = data.ids.length - 1;
-    S.source = { ids: data.ids };
+    S.source = S.clean = { ids: data.ids };
     S.position = null;
     $("prompt").value = data.text;
     const how = s.greedy ? "--greedy" : `--seed ${s.seed}` + settingsFlags();
@@ -163,6 +195,8 @@ function render() {
     renderLens();
     renderControls();
     renderKl();
+    renderAttribution();
+    renderPatching();
   });
   return performance.now() - start;
 }
@@ -174,7 +208,9 @@ function keepingFocus(draw) {
   let again = null;
   if (a && a.closest) {
     if (a.closest("#tokens")) again = "#tokens .chip.traced";
-    else if (a.dataset.stage) again = `#diagram [data-stage="${a.dataset.stage}"]`;
+    else if (a.closest("#diagram") && a.dataset.stage) again = `#diagram [data-stage="${a.dataset.stage}"]`;
+    else if (a.closest("#bars") && a.dataset.id) again = `#bars .bar[data-id="${a.dataset.id}"]`;
+    else if (a.closest("#attribution") && a.dataset.name) again = `#attribution .part[data-name="${a.dataset.name}"]`;
     else if (a.closest("#strip")) again = `#strip button:nth-child(${[...a.parentNode.children].indexOf(a) + 1})`;
     else if (a.id) again = `#${a.id}`;
   }
@@ -231,7 +267,7 @@ function renderStrip() {
   for (let b = 0; b < m.n_layer; b++) {
     const button = stripButton(m.n_layer > 8 ? String(b) : `block ${b}`, `block ${b}`, v.kind === "block" && S.block === b,
       () => { S.block = b; select({ kind: "block", stage: v.kind === "block" ? v.stage : "output" }); },
-      blockChanged(b) ? "changed" : "");
+      (blockChanged(b) ? "changed" : "") + (patchedHere(b) ? " patched" : ""));
     button.dataset.block = b;
     buttons.push(button);
   }
@@ -298,9 +334,11 @@ function renderDiagram() {
     g.setAttribute("data-stage", name);
     g.setAttribute("data-block", b);
     g.setAttribute("data-changed", isChanged ? "true" : "false");
+    g.setAttribute("data-patched", patchedHere(b, name) ? "true" : "false");
     g.setAttribute("aria-pressed", S.view.kind === "block" && S.view.stage === name ? "true" : "false");
     const norm = normOf("after", b, name);
-    g.setAttribute("aria-label", `block ${b} ${name}, norm ${Draw.short(norm)}${isChanged ? ", changed" : ""}`);
+    g.setAttribute("aria-label", `block ${b} ${name}, norm ${Draw.short(norm)}${isChanged ? ", changed" : ""}` +
+      (patchedHere(b, name) ? ", where the patch puts the clean value" : ""));
     const label = (name in adds ? "+ " : "") + name;
     const size = boxW < 88 ? 11 : 12;
     g.innerHTML = `<rect x="${x(i)}" y="${y(name)}" width="${boxW}" height="${boxH}" rx="5"/>` +
@@ -391,7 +429,7 @@ function renderRow() {
   const download = document.createElement("button");
   download.type = "button";
   download.textContent = "download the trace JSON";
-  download.title = "what minigpt trace --json (--compare with an intervention) prints for these settings";
+  download.title = "what minigpt trace --json (--compare with an intervention, --attribute with a token chosen) prints for these settings";
   download.addEventListener("click", downloadJson);
   tools.append(numbers, download);
   out.push(tools);
@@ -442,7 +480,7 @@ function renderAttention() {
   heads.className = "heads";
   for (let h = 0; h < H; h++) {
     const fig = document.createElement("div");
-    fig.className = "heat";
+    fig.className = "heat" + (S.head && S.head.block === b && S.head.head === h ? " chosen" : "");
     const canvas = Draw.heatMap(T, (q, k) => weight(h, q, k), cell, { traced: p, labels });
     canvas.dataset.block = b;
     canvas.dataset.head = h;
@@ -552,11 +590,18 @@ function renderBars() {
   const was = n.before ? new Map(n.before.candidates.map((c) => [c.id, c.probability])) : null;
   const rows = n.candidates.map((c) => {
     const row = document.createElement("div");
-    row.className = "bar" + (c.probability === 0 ? " filtered" : "");
+    const role = S.attribute && S.attribute.id === c.id ? "chosen" : S.versus && S.versus.id === c.id ? "versus" : "";
+    row.className = "bar" + (c.probability === 0 ? " filtered" : "") + (role ? ` ${role}` : "");
+    row.tabIndex = 0;
+    row.setAttribute("role", "button");
+    row.setAttribute("aria-pressed", role ? "true" : "false");
+    row.addEventListener("click", () => chooseToken(c));
+    row.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); chooseToken(c); } });
     row.dataset.id = c.id;
     row.dataset.probability = c.probability;
     row.dataset.unfiltered = c.unfiltered;
-    row.title = `${JSON.stringify(c.token)} id ${c.id}: probability ${c.probability} (temperature 1, unfiltered ${c.unfiltered}; logit ${c.logit})`;
+    row.title = `${JSON.stringify(c.token)} id ${c.id}: probability ${c.probability} (temperature 1, unfiltered ${c.unfiltered}; logit ${c.logit})` +
+      (role === "chosen" ? "\nits logit is attributed" : role === "versus" ? "\nthe attribution compares with it" : "\nclick: attribute its logit (or compare with it)");
     const track = document.createElement("div");
     track.className = "track";
     const fill = document.createElement("div");
@@ -578,8 +623,286 @@ function renderBars() {
   const foot = document.createElement("div");
   foot.className = "facts";
   foot.textContent = `${n.kept} of ${n.of} tokens left to draw from; bars: temperature ${s.temperature}, top-k ${s.top_k || "off"}, ` +
-    `top-p ${s.top_p < 1 ? s.top_p : "off"} (sample's own filter); tick: temperature 1, unfiltered` + (was ? "; grey: before" : "");
+    `top-p ${s.top_p < 1 ? s.top_p : "off"} (sample's own filter); tick: temperature 1, unfiltered` + (was ? "; grey: before" : "") +
+    (attributionRefused() ? "" : "; click a bar to attribute its logit, another to compare with it");
   $("bars").replaceChildren(...rows, foot);
+}
+
+// ---------------------------------------------------------------- attribution
+
+// The chosen token's logit (minus the versus token's) as the parts that wrote it, the library's
+// numbers (Run.trace's attribution): one bar each, before and after with an intervention. A part is
+// a click away from its stage in the diagram.
+function renderAttribution() {
+  const box = $("attribution"), pick = $("attribution-pick");
+  const refused = attributionRefused(), after = shown().attribution, was = before() && before().attribution;
+  if (refused || !after) {
+    pick.replaceChildren();
+    box.replaceChildren(Draw.span(refused || "click a next-token bar to split its logit into the parts that wrote it", "facts"));
+    return;
+  }
+  const token = (text, id) => `<b>${esc(show(text))}</b> (#${id})`;
+  const what = document.createElement("span");
+  what.innerHTML = `logit of ${token(after.token, after.id)}` + (after.versus === null ? "" : ` \u2212 logit of ${token(after.versus, after.versus_id)}`);
+  const clear = stripButton("clear versus", "attribute the chosen token's logit alone", false, () => { S.versus = null; trace(); });
+  clear.id = "clear-versus";
+  clear.disabled = after.versus === null;
+  pick.replaceChildren(what, clear);
+  const rows = mergedParts(was ? was.parts : [], after.parts);
+  const limit = Draw.limitOf([rows.flatMap((r) => [r.before ?? 0, r.after ?? 0])]); // the parts' scale: the total has no bar
+  const facts = document.createElement("div");
+  facts.className = "facts";
+  facts.innerHTML = `at position ${after.position}: total <b id="attribution-total">${Draw.short(after.total)}</b>` +
+    (was ? ` (before ${Draw.short(was.total)})` : "") + ` = the sum of the ${after.parts.length} parts, off by ${Draw.short(after.error)}; ` +
+    `each through the final norm's scale ${Draw.short(after.scale)}. Click a part for its stage.`;
+  const total = { name: "total", after: after.total, before: was ? was.total : undefined };
+  const list = document.createElement("div");
+  list.className = "parts";
+  list.append(...rows.map((r) => partRow(r, limit, !!was)));
+  box.replaceChildren(facts, list, partRow(total, limit, !!was)); // the total stays in sight of a long list
+}
+
+// The parts of both passes in the model's order (set_input replaces token and position by input).
+function mergedParts(before, after) {
+  const rows = [], at = new Map();
+  const add = (parts, pass) => parts.forEach(({ name, value }, i) => {
+    if (!at.has(name)) {
+      const row = { name };
+      // a name new to this pass goes where its pass has it: before the next name both share
+      const next = parts.slice(i + 1).find((p) => at.has(p.name));
+      rows.splice(next ? rows.indexOf(at.get(next.name)) : rows.length, 0, row);
+      at.set(name, row);
+    }
+    at.get(name)[pass] = value;
+  });
+  add(after, "after");
+  add(before, "before");
+  return rows;
+}
+
+function partRow(r, limit, compared) {
+  const row = document.createElement("div");
+  const isTotal = r.name === "total";
+  row.className = "part" + (isTotal ? " total" : "") + (compared ? " compared" : "");
+  row.dataset.name = r.name;
+  if (r.after !== undefined) row.dataset.value = r.after;
+  if (r.before !== undefined) row.dataset.before = r.before;
+  const exact = (compared ? [`before ${r.before ?? "-"}`, `after ${r.after ?? "-"}`] : [String(r.after)]).join(", ");
+  row.title = `${r.name}: ${exact}` + (isTotal ? " (the pass's own logit difference)" : "\nclick: its stage in the diagram");
+  const track = document.createElement("div");
+  track.className = "track";
+  track.appendChild(Draw.span("", "zero"));
+  for (const pass of compared ? ["before", "after"] : ["after"]) {
+    const v = r[pass];
+    if (v === undefined || isTotal) continue;
+    const fill = Draw.span("", `fill ${pass}${v < 0 ? " negative" : ""}`);
+    const half = limit > 0 ? (50 * Math.abs(v)) / limit : 0; // drawn length only: the number is the server's
+    fill.style.left = `${v < 0 ? 50 - half : 50}%`;
+    fill.style.width = `${half}%`;
+    track.appendChild(fill);
+  }
+  const text = compared ? `${r.before === undefined ? "-" : Draw.short(r.before)} \u2192 ${r.after === undefined ? "-" : Draw.short(r.after)}` : Draw.short(r.after);
+  row.append(Draw.span(r.name, "name"), track, Draw.span(text, "v"));
+  if (!isTotal) {
+    row.tabIndex = 0;
+    row.setAttribute("role", "button");
+    row.addEventListener("click", () => selectPart(r.name));
+    row.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); selectPart(r.name); } });
+  }
+  return row;
+}
+
+// A part's stage: B.attention.headH and B.attention.bias are block B's attention (the head's map
+// outlined), B.ffn its FFN, final_norm.bias the final norm, token, position and input the input.
+function selectPart(name) {
+  const m = /^(\d+)\.(attention|ffn)(?:\.head(\d+))?/.exec(name);
+  if (m) {
+    S.block = Number(m[1]);
+    S.head = m[3] === undefined ? null : { block: S.block, head: Number(m[3]) };
+    select({ kind: "block", stage: m[2] });
+  } else select(name === "final_norm.bias" ? { kind: "final" } : { kind: "embedding" });
+  $("model-card").scrollIntoView({ block: "nearest" });
+}
+
+// ---------------------------------------------------------------- activation patching
+
+function bindPatching() {
+  const refused = S.model.attribution.refused; // patching measures the same residual-stream sum
+  if (refused) { $("patch-error").textContent = refused; $("patch-go").disabled = true; }
+  for (const id of ["patch-answer", "patch-versus"]) $(id).addEventListener("input", () => ($(id).dataset.auto = "false"));
+  $("patch-form").addEventListener("submit", (e) => { e.preventDefault(); patch(); });
+}
+
+// A token box the page filled is sent empty, so the server picks again for new prompts.
+const tokenBox = (id) => ($(id).dataset.auto === "true" || $(id).value === "" ? null : $(id).value);
+
+function fillTokenBox(id, spelled) {
+  if ($(id).dataset.auto === "false" && $(id).value !== "") return; // the user's own choice stays
+  $(id).value = spelled;
+  $(id).dataset.auto = "true";
+}
+
+// Both sweeps, by stage and then by head, for the same two tokens: Run.patch's own numbers.
+async function patch() {
+  const clean = "prompt" in S.clean ? S.clean.prompt : S.clean.ids;
+  const body = { clean, corrupt: $("corrupt").value, answer: tokenBox("patch-answer"), versus: tokenBox("patch-versus"), by: "stage" };
+  const failed = (message) => { $("patch-error").textContent = message; document.body.dataset.patchState = "error"; };
+  $("patch-go").disabled = true;
+  document.body.dataset.patchState = "busy";
+  $("patch-error").textContent = "";
+  try {
+    const stage = await post("/api/patch", body);
+    if (!stage.ok) return failed(stage.data.error);
+    fillTokenBox("patch-answer", stage.data.spelled.answer);
+    fillTokenBox("patch-versus", stage.data.spelled.versus);
+    S.patching = { stage: stage.data, head: null };
+    S.patchPosition = "all";
+    if (S.patched) { S.patched = null; keepingFocus(() => { renderStrip(); renderDiagram(); }); } // an old patch's outline goes
+    renderPatching();
+    const tokens = { answer: `#${stage.data.answer_id}`, versus: `#${stage.data.versus_id}` };
+    const head = await post("/api/patch", { ...body, ...tokens, by: "head" });
+    if (!head.ok) return failed(head.data.error);
+    S.patching.head = head.data;
+    renderPatching();
+    document.body.dataset.patch = JSON.stringify({ ...body, ...tokens });
+    document.body.dataset.patchState = "ready";
+  } finally { $("patch-go").disabled = !!S.model.attribution.refused; }
+}
+
+const effectKey = (block, stage, position, head) => `${block}|${stage}|${position}|${head}`;
+
+function renderPatching() {
+  const box = $("patching"), p = S.patching;
+  const clean = "prompt" in S.clean ? JSON.stringify(S.clean.prompt) : `ids ${S.clean.ids.join(",")}`;
+  $("patch-clean").textContent = `clean: ${clean}, the prompt traced from the box above; the same number of tokens in the corrupt one`;
+  if (!p) { box.replaceChildren(); return; }
+  const st = p.stage, effects = new Map();
+  for (const answer of [st, p.head]) if (answer) for (const e of answer.effects) effects.set(effectKey(e.block, e.stage, e.position, e.head), e.effect);
+  const limit = Math.max(1, Draw.limitOf([effects.values()])); // the palette's ends: +-1 (the clean run) unless an effect overshoots
+  const facts = document.createElement("div");
+  facts.className = "facts";
+  const prompt = (side) => esc(side.text !== null ? JSON.stringify(side.text) : `ids ${side.ids.join(",")}`);
+  facts.innerHTML = `metric: logit of <b>${esc(show(st.answer))}</b> (#${st.answer_id}) \u2212 logit of <b>${esc(show(st.versus))}</b> (#${st.versus_id}) ` +
+    `at the last position: clean ${prompt(st.clean)} ${Draw.short(st.clean.logit_difference)}, ` +
+    `corrupt ${prompt(st.corrupt)} ${Draw.short(st.corrupt.logit_difference)}. ` +
+    `Each cell: (patched \u2212 corrupt) / (clean \u2212 corrupt), 0 the corrupt run's, 1 the clean run's. Click a cell to trace the corrupt prompt there.`;
+  const stages = [...new Set(st.effects.map((e) => e.stage))];
+  const B = S.model.n_layer, T = st.corrupt.ids.length, labels = st.corrupt.tokens.map(show);
+  const avail = Math.max(160, box.clientWidth);
+  const pad = 7 * String(B - 1).length + 6;
+  const perLine = Math.max(1, Math.min(stages.length, Math.floor(avail / (T * 10 + pad + 16))));
+  const cell = Math.max(3, Math.min(28, Math.floor((avail / perLine - pad - 16) / T)));
+  const rowLabels = [...Array(B)].map((_, b) => String(b));
+  const maps = document.createElement("div");
+  maps.className = "heads";
+  for (const stage of stages) {
+    const value = (b, q) => effects.get(effectKey(b, stage, q, null));
+    const marked = S.patched && S.patched.stage === stage ? [S.patched.block, S.patched.position] : null;
+    const canvas = Draw.grid(B, T, value, cell, limit, { rowLabels, colLabels: labels, marked });
+    canvas.dataset.stage = stage;
+    canvas.classList.add("patch-map");
+    patchCells(canvas, (b, q) => ({ block: b, stage, position: q, head: null }), value,
+      (b, q) => `block ${b} ${stage} at position ${q} ${labels[q]}`);
+    const fig = document.createElement("div");
+    fig.className = "heat";
+    fig.append(Draw.span(stage, "title"), canvas);
+    maps.appendChild(fig);
+  }
+  const parts = [facts, Draw.span(`by stage: blocks down, positions across (${T} tokens of the corrupt prompt)`, "facts"), maps];
+  if (p.head) parts.push(headMap(effects, limit, rowLabels, labels));
+  parts.push(Draw.legend("value", limit, "effect"), patchNumbers(st, p.head));
+  if (S.patched) parts.push(Draw.span(patchedNote(effects), "facts"));
+  box.replaceChildren(...parts);
+}
+
+// Each head's mixed values patched: at every position at once, or at the position chosen.
+function headMap(effects, limit, rowLabels, labels) {
+  const B = S.model.n_layer, H = S.model.n_head, at = S.patchPosition === "all" ? null : Number(S.patchPosition);
+  const wrap = document.createElement("div");
+  wrap.id = "patch-heads";
+  const choose = document.createElement("select");
+  choose.id = "patch-position";
+  choose.setAttribute("aria-label", "the position whose head patches the map shows");
+  choose.innerHTML = `<option value="all">every position at once</option>` +
+    labels.map((t, q) => `<option value="${q}">position ${q} ${esc(t)}</option>`).join("");
+  choose.value = S.patchPosition;
+  choose.addEventListener("change", () => { S.patchPosition = choose.value; keepingFocus(renderPatching); });
+  const title = document.createElement("label");
+  title.className = "facts";
+  title.append(Draw.span("by head: blocks down, heads across; each head's output patched at "), choose);
+  const value = (b, h) => effects.get(effectKey(b, "heads", at, h));
+  const avail = Math.max(160, $("patching").clientWidth);
+  const cell = Math.max(6, Math.min(28, Math.floor((avail - 40) / H)));
+  const marked = S.patched && S.patched.stage === "heads" && S.patched.position === at ? [S.patched.block, S.patched.head] : null;
+  const canvas = Draw.grid(B, H, value, cell, limit, { rowLabels, colLabels: [...Array(H)].map((_, h) => String(h)), marked });
+  canvas.dataset.position = S.patchPosition;
+  canvas.id = "patch-head-map";
+  patchCells(canvas, (b, h) => ({ block: b, stage: "heads", position: at, head: h }), value,
+    (b, h) => `block ${b} head ${h} at ${at === null ? "every position" : `position ${at} ${labels[at]}`}`);
+  wrap.append(title, canvas);
+  return wrap;
+}
+
+function patchCells(canvas, item, value, where) {
+  hover(canvas, (x, y) => {
+    const at = canvas.cells.at(x, y);
+    return at ? `${where(...at)}\neffect ${value(...at)}` : null;
+  });
+  canvas.addEventListener("click", (e) => {
+    const r = canvas.getBoundingClientRect(), at = canvas.cells.at(e.clientX - r.left, e.clientY - r.top);
+    if (at) showPatched(item(...at));
+  });
+}
+
+function patchNumbers(st, head) {
+  const numbers = document.createElement("details");
+  numbers.innerHTML = `<summary>exact numbers</summary>`;
+  numbers.addEventListener("toggle", () => {
+    if (!numbers.open || numbers.querySelector(".numbers")) return;
+    const grid = document.createElement("div");
+    grid.className = "numbers";
+    for (const e of [...st.effects, ...(head ? head.effects : [])]) {
+      const where = e.stage === "heads" ? `head ${e.head} at ${e.position === null ? "all" : e.position}` : `${e.stage} at ${e.position}`;
+      grid.appendChild(Draw.span(`block ${e.block} ${where}: ${e.effect}`));
+    }
+    numbers.appendChild(grid);
+  });
+  return numbers;
+}
+
+// A cell clicked: the corrupt prompt traced at the patch's position, its block and stage shown and
+// outlined. The trace is the corrupt run's own: Run.trace cannot apply a patch (yet), so the page
+// shows where the clean value would go and the effect it has, not the patched pass.
+function showPatched(item) {
+  const corrupt = S.patching.stage.corrupt;
+  S.source = corrupt.text !== null ? { prompt: corrupt.text } : { ids: corrupt.ids };
+  $("prompt").value = corrupt.text !== null ? corrupt.text : corrupt.tokens.join("");
+  S.position = item.position;
+  S.appendedFrom = null;
+  S.block = item.block;
+  S.head = item.head === null ? null : { block: item.block, head: item.head };
+  S.view = { kind: "block", stage: item.stage === "heads" ? "attention" : item.stage };
+  S.patched = { ...item, ids: corrupt.ids };
+  document.body.dataset.patched = JSON.stringify(item);
+  trace();
+  $("model-card").scrollIntoView({ block: "nearest" });
+}
+
+function patchedNote(effects) {
+  const pt = S.patched;
+  const where = pt.stage === "heads" ? `head ${pt.head}'s output` : pt.stage;
+  const at = pt.position === null ? "every position" : `position ${pt.position}`;
+  return `traced: the corrupt prompt at ${pt.position === null ? "its last position" : at}; block ${pt.block}'s ${where} outlined, where ` +
+    `the patch puts the clean run's value (at ${at}): effect ${effects.get(effectKey(pt.block, pt.stage, pt.position, pt.head))}. ` +
+    `The rows shown are the corrupt run's.`;
+}
+
+// Whether the shown trace is the patch's corrupt prompt at its position, and block b's stage
+// `name` (undefined: any of its stages) is where the patch puts the clean value.
+function patchedHere(b, name) {
+  const pt = S.patched, tr = shown();
+  if (!pt || pt.block !== b || differs(pt.ids, tr.ids) || (pt.position !== null && pt.position !== tr.position)) return false;
+  return name === undefined || name === (pt.stage === "heads" ? "attention" : pt.stage);
 }
 
 // The lesson's controls for the selected block, and those for every block.
@@ -679,11 +1002,12 @@ async function start() {
     `FFN ${m.ffn_hidden}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ${m.vocab_size} tokens · `;
   $("about").appendChild(timing);
   $("prompt").value = m.prompt;
-  S.source = { prompt: m.prompt };
+  S.source = S.clean = { prompt: m.prompt };
   bindSampling();
+  bindPatching();
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
-    S.source = { prompt: $("prompt").value };
+    S.source = S.clean = { prompt: $("prompt").value };
     S.position = null;
     S.appendedFrom = null;
     trace();

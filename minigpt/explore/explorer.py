@@ -5,6 +5,8 @@
     next_tokens(request)  the next-token distribution at the traced position, reshaped by sampling's own
                           `next_token_distribution` (temperature, top-k, top-p) from the traced logits
     step(request)         the token `minigpt sample -n 1` would append (greedy, or seeded), by `generate`
+    patch(request)        Run.patch's own JSON (what `minigpt patch --json` prints): the clean prompt's
+                          activations put back into the corrupt run one at a time, by stage or by head
 
 Every number the page shows comes from here; the page does no arithmetic on them. Refusals are
 `MinigptError`s naming the request's fields as the Python API names its arguments. The model and
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -25,6 +28,8 @@ from ..api import SAMPLE_SETTINGS, Run
 from ..config import SampleConfig, updated
 from ..device import use_threads
 from ..errors import MinigptError, parameter
+from ..inspection.attribution import check_decomposable, resolve_token
+from ..inspection.interventions import ReplaceResidual
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
@@ -54,6 +59,11 @@ class Explorer:
             "sample": asdict(s),
             "bars": BARS,
             "prompt": self.first_prompt(),
+            # Attribution and patching split a residual-stream sum: the page says why not, in the library's words.
+            "attribution": {
+                "refused": _refusal(lambda: check_decomposable(self.run.model)),
+                "refused_replacing": _refusal(lambda: check_decomposable(self.run.model, [ReplaceResidual(None)])),
+            },
         }
 
     def first_prompt(self) -> str:
@@ -108,7 +118,7 @@ class Explorer:
         logits = logits[: self.run.tokenizer.vocab_size]  # a padded model's extra rows are never drawn
         shaped = next_token_distribution(logits, s.temperature, s.top_k, s.top_p)
         plain = next_token_distribution(logits)
-        order = torch.sort(logits, descending=True, stable=True).indices[:BARS].tolist()
+        order = _ranked(logits)[:BARS].tolist()
         tokens = self.run.tokenizer
         return {
             "candidates": [
@@ -157,6 +167,57 @@ class Explorer:
             "seed": s.seed,
         }
 
+    # ------------------------------------------------------------ patching
+
+    def patch(self, request: Any) -> dict[str, Any]:
+        """Run.patch's answer for {"clean", "corrupt" (texts or lists of ids), "answer", "versus"
+        (a token's text, "#ID" or an id), "by"}. A missing answer is the clean prompt's likeliest
+        next token, a missing versus the corrupt prompt's likeliest other than the answer (the
+        unmodified model, at the last position, over the ids the tokenizer writes). Beside it,
+        `spelled`: each token as the page's boxes show it, its text where that is the token, else #ID."""
+        if not isinstance(request, dict):
+            raise MinigptError("the request must be a JSON object")
+        clean, corrupt = _prompt_field(request, "clean"), _prompt_field(request, "corrupt")
+        answer, versus = _token_field(request, "answer"), _token_field(request, "versus")
+        by = request.get("by", "stage")
+        if not isinstance(by, str):
+            raise MinigptError('{by} {given!r} must be "stage" or "head"', given=by)
+        if answer is None and clean is not None:
+            answer = self._likeliest(clean, "clean")
+        if versus is None and corrupt is not None and answer is not None:
+            versus = self._likeliest(corrupt, "corrupt", unless=self._token_id(answer, "answer"))
+        result = self.run.patch(clean=clean, corrupt=corrupt, answer=answer, versus=versus, by=by)
+        return {
+            **result.as_dict(),
+            "spelled": {"answer": self._spelled(result.answer_id), "versus": self._spelled(result.versus_id)},
+        }
+
+    def _likeliest(self, prompt: str | list[int], name: str, unless: int | None = None) -> int | None:
+        """The id of the prompt's likeliest next token other than `unless`, a refusal on the way
+        naming the request's field the prompt came from."""
+        given = {"prompt": prompt} if isinstance(prompt, str) else {"ids": prompt}
+        try:
+            logits = self.run.trace(**given, compare=False).stage(None, "logits")
+        except MinigptError as exc:
+            raise MinigptError("{what}: {reason}", what=parameter(name), reason=exc) from None
+        return next((i for i in _ranked(logits[: self.run.tokenizer.vocab_size])[:2].tolist() if i != unless), None)
+
+    def _token_id(self, token: str | int, name: str) -> int:
+        """A token as Run.patch reads it (an int is an id), refused as it refuses it."""
+        text = f"#{token}" if isinstance(token, int) else token
+        return resolve_token(self.run.tokenizer, text, parameter(name), self.run.model.vocab_size)
+
+    def _spelled(self, token: int) -> str:
+        """The token's text where a box shows it as it is (no space or newline at an end, nothing
+        unprintable) and it encodes to that token alone; else #ID."""
+        text = self.run.tokenizer.token_text(token)
+        if not text.isprintable() or text != text.strip():
+            return f"#{token}"
+        try:
+            return text if self.run.tokenizer.encode(text) == [token] else f"#{token}"
+        except MinigptError:  # a char tokenizer's unknown character: the id alone names it
+            return f"#{token}"
+
     def _sample_settings(self, request: dict[str, Any]) -> SampleConfig:
         """The run's [sample] section with the [sample] keys the request names (its `prompt` is the
         text traced, not a setting), each checked as `sample` checks it."""
@@ -193,7 +254,48 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
         "ablate_head": _strings(request, "ablate_head"),
         "set_input": set_input,
         "at_position": at_position,
+        "attribute": _token_field(request, "attribute"),
+        "versus": _token_field(request, "versus"),
     }
+
+
+def _token_field(request: dict[str, Any], key: str) -> str | int | None:
+    """A token as Run.trace and Run.patch take it: its text, "#ID" or an id; null or "" is none."""
+    value = request.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise MinigptError(
+            '{parameter} {given!r} must be a token\'s text, "#ID" or an integer id',
+            parameter=parameter(key),
+            given=value,
+        )
+    return value
+
+
+def _prompt_field(request: dict[str, Any], key: str) -> str | list[int] | None:
+    """A patching prompt: a text, or a list of token ids (what the page traces after a step); an
+    empty one is missing, as Run.patch says."""
+    value = request.get(key)
+    if value is not None and not (isinstance(value, str) or _integers(value)):
+        raise MinigptError(
+            "{parameter} {given!r} must be a string or a list of integers", parameter=parameter(key), given=value
+        )
+    return value or None
+
+
+def _ranked(logits: torch.Tensor) -> torch.Tensor:
+    """Ids by logit, likeliest first; ties: lower id first."""
+    return torch.sort(logits, descending=True, stable=True).indices
+
+
+def _refusal(check: Callable[[], None]) -> str | None:
+    """What `check` refuses, in the API's words (None: nothing)."""
+    try:
+        check()
+    except MinigptError as exc:
+        return str(exc)
+    return None
 
 
 def _integers(value: Any) -> bool:

@@ -233,18 +233,37 @@ def patched_finals(model: MiniGPT, clean: Pass, corrupt: Pass, chosen: list[Patc
     ]
     unique = list(dict.fromkeys(same))
     found: dict[Patch, Tensor] = {}
-    groups: dict[tuple[int, int], list[tuple[Patch, list[int]]]] = defaultdict(list)
+    by_block: dict[int, list[tuple[Patch, list[int]]]] = defaultdict(list)
     for item in unique:
         rows = _changed_rows(model, clean, corrupt, item, length)
         if rows:
-            groups[(item.block, rows[0])].append((item, rows))
+            by_block[item.block].append((item, rows))
         else:
             found[item] = corrupt.final
-    for (block, start), members in groups.items():
-        found.update(
-            zip([item for item, _ in members], _run_group(model, clean, corrupt, block, start, members, length))
-        )
+    for block, members in by_block.items():
+        for start, batch in _batches(members, length):
+            found.update(
+                zip([item for item, _ in batch], _run_group(model, clean, corrupt, block, start, batch, length))
+            )
     return [found[item] for item in same]
+
+
+MERGE = 2.0  # a patch joins a batch that starts earlier if that computes at most this many times its own rows
+
+
+def _batches(members: list[tuple[Patch, list[int]]], length: int) -> list[tuple[int, list]]:
+    """One block's patches as batches that each run from one row on: patches that first change
+    rows close together share a batch (the rows between are the corrupt rows, recomputed), so the
+    matmuls are few and large rather than many and small."""
+    ordered = sorted(members, key=lambda member: member[1][0])
+    batches: list[tuple[int, list]] = []
+    for member in ordered:
+        first = member[1][0]
+        if batches and length - batches[-1][0] <= MERGE * (length - first):
+            batches[-1][1].append(member)
+        else:
+            batches.append((first, [member]))
+    return batches
 
 
 def _run_group(
