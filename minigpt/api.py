@@ -39,7 +39,7 @@ from .inspection import interventions as edits
 from .inspection.attribution import Attribution, check_decomposable
 from .inspection.patching import Patching
 from .inspection.scoring import Scores, score
-from .inspection.trace import Comparison, Trace, tokens_to_trace, trace_position
+from .inspection.trace import Comparison, Trace, put_back, tokens_to_trace, trace_position
 from .inspection.trace import compare as compare_passes
 from .interchange import convert, hf, nanogpt
 from .interchange import export as exporting
@@ -344,25 +344,32 @@ class Run:
         compare: bool | None = None,
         attribute: str | int | None = None,
         versus: str | int | None = None,
+        patch: Mapping[str, Any] | None = None,
     ) -> Trace | Comparison:
         """One position (default: the last) followed through every block of one forward pass.
         Interventions change stages of that same pass: `scale` {"0.attention": 0.0} (or
         ["all.ffn=0.5"]), `replace_residual` [0] (or ["all"]), `ablate_head` ["0.1"], `set_input`
-        [2, 2, 2, 2]; `at_position` applies the first three at the traced position only. With any
-        intervention the result is a Comparison of both passes (`compare=False`: the modified
-        Trace alone). `attribute` (a token's text, "#ID" or an id) adds the traced position's logit
-        for it (minus `versus`'s) split into the parts that wrote it, as `attribute` returns it
-        (`trace.attribution`; in a Comparison, before and after)."""
+        [2, 2, 2, 2]; `at_position` applies the first three at the traced position only. `patch`
+        {"clean": TEXT or ids, "block": B, "stage": S, "position": P or None, "head": H or None}
+        puts back what the clean prompt's own pass computed there, as `patch` does (S: input,
+        attention, residual1, ffn, output, any other stage of the block, or heads for head H's
+        mixed values; position None: every position; the same number of tokens as the traced
+        prompt). With any intervention the result is a Comparison of both passes (`compare=False`:
+        the modified Trace alone). `attribute` (a token's text, "#ID" or an id) adds the traced
+        position's logit for it (minus `versus`'s) split into the parts that wrote it, as
+        `attribute` returns it (`trace.attribution`; in a Comparison, before and after); refused
+        at a position where a patch of a residual-stream row or of the attention update breaks
+        the sum it splits."""
         changes = _changes(scale, replace_residual, ablate_head, set_input)
-        if compare and not changes:
+        if compare and not changes and patch is None:
             raise MinigptError(
                 "{compare:on} needs at least one intervention ({scale}, {replace_residual}, {ablate_head} or "
-                "{set_input}) to compare with"
+                "{set_input}) or a patch to compare with"
             )
         if versus is not None and attribute is None:
             raise MinigptError("{versus} is the token an attribution compares with; give {attribute} TOKEN too")
         tokens = self._tokens(attribute, versus, "attribute", changes)
-        return self._trace(prompt, ids, position, block, top, changes, at_position, compare, tokens)
+        return self._trace(prompt, ids, position, block, top, changes, at_position, compare, tokens, patch)
 
     def attribute(
         self,
@@ -413,9 +420,13 @@ class Run:
         text = f"#{value}" if isinstance(value, int) else value
         return attribution.resolve_token(self.tokenizer, text, what, self.model.vocab_size)
 
-    def _trace(self, prompt, ids, position, block, top, changes, at_position, compare, tokens) -> Trace | Comparison:
+    def _trace(
+        self, prompt, ids, position, block, top, changes, at_position, compare, tokens, patch=None
+    ) -> Trace | Comparison:
         token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
+        if patch is not None:  # the clean prompt's pass, recorded first
+            changes = [*changes, put_back(self.model, self.tokenizer, patch, len(token_ids))]
         if changes and compare is not False:
             result = compare_passes(
                 self.model,

@@ -5,7 +5,8 @@ and keeps answering ten clients at once; in headless Chromium (Selenium), at 128
 the sampling sliders give `sample`'s own probabilities, a step appends `sample`'s token, an
 intervention highlights exactly the stages whose rows changed, every attribution bar is `trace
 --attribute --json`'s part (before and after with an intervention) and every patching cell `patch
---json`'s effect. Tokens, sliders, stages and bars are driven from the keyboard.
+--json`'s effect, a click on it tracing that patch (Run.trace's own numbers, ending in that
+effect). Tokens, sliders, stages and bars are driven from the keyboard.
 
 With MINIGPT_SCREENSHOTS=docs the run also writes the README's screenshots into docs/ (the default
 run, which must be trained in runs/default first, a GPT-2-shaped model, and the attribution and
@@ -34,6 +35,7 @@ import pytest
 import torch
 from conftest import train_tiny_run
 
+import minigpt
 from minigpt.sampling.generate import next_token_distribution
 
 pytestmark = pytest.mark.slow  # real server processes, trace's and sample's command lines beside them, a browser
@@ -813,6 +815,11 @@ def head_map(page) -> list[list[float]]:
     )
 
 
+def shown_answer(page) -> dict:
+    """The trace answer the page shows, without its views: Run.trace's JSON as the page holds it."""
+    return json.loads(page.execute_script("const { views, ...plain } = S.data; return JSON.stringify(plain);"))
+
+
 def click_cell(page, canvas, row: int, column: int) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
 
@@ -871,17 +878,47 @@ def test_every_patching_cell_is_patch_jsons_effect(browser, tiny_run, tiny, size
     if size == (1280, 800):
         shoot(page, "explore-patching.png", "patch-card")
 
-    # A cell clicked: the corrupt prompt traced at its position, the patched stage outlined.
-    click_cell(page, page.find_element(By.CSS_SELECTOR, 'canvas.patch-map[data-stage="ffn"]'), 1, 5)
-    wait.until(lambda p: (shown_request(p) or {}).get("prompt") == "the dog" and shown_request(p).get("position") == 5)
-    wait.until(lambda p: "block 1 · ffn at position 5" in p.find_element(By.ID, "row-title").text)
+    # A cell clicked: the corrupt prompt traced at its position with that patch applied, its numbers
+    # Run.trace's own with that patch, the patched stage outlined, and the effect the note shows the
+    # one the patched run ends in at the last position.
+    run = minigpt.load(tiny_run)
+    high, low = by_stage["clean"]["logit_difference"], by_stage["corrupt"]["logit_difference"]
+
+    def clicked(canvas, row: int, column: int, block: int, stage: str, position: int | None, head: int | None):
+        where = {"clean": "the cat", "block": block, "stage": stage, "position": position, "head": head}
+        click_cell(page, canvas, row, column)
+        wait.until(lambda p: (shown_request(p) or {}).get("patch") == where)
+        request = shown_request(page)
+        assert request["prompt"] == "the dog" and request.get("position") == position
+        expected = run.trace(
+            "the dog", position=position, patch=where, attribute=request.get("attribute"), versus=request.get("versus")
+        )
+        assert shown_answer(page) == expected.as_dict()
+        shown = effect(by_head if stage == "heads" else by_stage, block, stage, position, head)
+        logits = run.trace("the dog", patch=where, compare=False).stage(None, "logits")
+        ends_in = float(logits[by_stage["answer_id"]] - logits[by_stage["versus_id"]])
+        assert (ends_in - low) / (high - low) == pytest.approx(shown, abs=1e-4)
+        note = page.find_element(By.ID, "patching").text
+        written = page.execute_script("return String(arguments[0])", shown)  # as the page writes a number
+        assert f"restores {written} of the clean logit difference" in note and 'the clean prompt "the cat"' in note
+        return request, expected
+
+    clicked(page.find_element(By.CSS_SELECTOR, 'canvas.patch-map[data-stage="ffn"]'), 0, 5, 0, "ffn", 5, None)
+    assert effect(by_stage, 0, "ffn", 5, None) != 0  # it reaches the last position, through block 1's attention
+    wait.until(lambda p: "block 0 · ffn at position 5" in p.find_element(By.ID, "row-title").text)
     outlined = page.find_elements(By.CSS_SELECTOR, '#diagram [data-patched="true"]')
-    assert [(g.get_attribute("data-block"), g.get_attribute("data-stage")) for g in outlined] == [("1", "ffn")]
-    assert "patched" in page.find_element(By.CSS_SELECTOR, '#strip button[data-block="1"]').get_attribute("class")
-    assert str(effect(by_stage, 1, "ffn", 5, None)) in page.find_element(By.ID, "patching").text
+    assert [(g.get_attribute("data-block"), g.get_attribute("data-stage")) for g in outlined] == [("0", "ffn")]
+    assert "patched" in page.find_element(By.CSS_SELECTOR, '#strip button[data-block="0"]').get_attribute("class")
+    assert [
+        line.get_attribute("data-row") for line in page.find_elements(By.CSS_SELECTOR, "#row canvas[data-row]")
+    ] == [
+        "before",
+        "after",
+    ]
+    assert "patch 0.ffn@5 from clean" in page.find_element(By.ID, "kl-line").text
     # A head's cell (every position at once): the last position, its block's attention and its map.
-    click_cell(page, page.find_element(By.ID, "patch-head-map"), 0, 1)
-    wait.until(lambda p: (shown_request(p) or {}).get("prompt") == "the dog" and "position" not in shown_request(p))
+    request, _ = clicked(page.find_element(By.ID, "patch-head-map"), 0, 1, 0, "heads", None, 1)
+    assert "attribute" in request  # a patched head is one of the parts: the attribution stays
     wait.until(
         lambda p: p.find_elements(
             By.CSS_SELECTOR, '#diagram [data-block="0"][data-stage="attention"][data-patched="true"]'
@@ -889,6 +926,19 @@ def test_every_patching_cell_is_patch_jsons_effect(browser, tiny_run, tiny, size
     )
     chosen = page.find_elements(By.CSS_SELECTOR, "#attention .heat.chosen canvas")
     assert [(c.get_attribute("data-block"), c.get_attribute("data-head")) for c in chosen] == [("0", "1")]
+    # The last block's output put back at the last position: the clean run's final row, effect 1, and
+    # no attribution there (the sum it splits is broken), in the library's words.
+    output = page.find_element(By.CSS_SELECTOR, 'canvas.patch-map[data-stage="output"]')
+    request, expected = clicked(output, 1, 6, 1, "output", 6, None)
+    assert "attribute" not in request and effect(by_stage, 1, "output", 6, None) == 1.0
+    assert expected.after.final_norm.row == cli_trace(tiny_run, "-p", "the cat")["final_norm"]["row"]
+    refusal = page.execute_script("return S.model.attribution.refused_patching.output")
+    assert "a patch puts back the clean prompt's output" in refusal
+    assert page.find_element(By.ID, "attribution").text == refusal
+    # Another position of the patched prompt keeps the patch, and the attribution comes back there.
+    page.find_element(By.CSS_SELECTOR, '#tokens .chip[data-position="3"]').click()
+    wait.until(lambda p: (shown_request(p) or {}).get("position") == 3 and "attribute" in shown_request(p))
+    assert shown_request(page)["patch"] == request["patch"]
     # Tracing another prompt leaves the patched run: nothing outlined.
     trace_prompt(page, wait, "the cat")
     assert page.find_elements(By.CSS_SELECTOR, '#diagram [data-patched="true"]') == []

@@ -235,6 +235,17 @@ def test_a_padded_vocabulary_is_never_drawn_nor_barred(padded_run):
         ("trace", {"prompt": "RO", "attribute": "O", "versus": "O"}, "attribute and versus are the same token"),
         ("trace", {"prompt": "RO", "attribute": "O", "replace_residual": ["0"]}, "attribution with replace_residual"),
         ("next_tokens", {"prompt": "RO", "attribute": ["O"]}, "attribute ['O'] must be a token's text"),
+        ("trace", {"prompt": "RO", "patch": "0.ffn"}, 'patch \'0.ffn\' must be an object {"clean", "block"'),
+        ("trace", {"prompt": "RO", "patch": {"clean": "R", "block": 0, "stage": "ffn"}}, "clean prompt has 1 tokens"),
+        ("trace", {"prompt": "RO", "patch": {"clean": "RA", "block": 0, "stage": "x"}}, "the patch's stage 'x'"),
+        ("trace", {"prompt": "RO", "patch": {"clean": "RA", "block": 2, "stage": "ffn"}}, "the patch's block 2"),
+        ("trace", {"prompt": "RO", "patch": {"clean": "RA", "block": 0, "stage": "heads"}}, "give the patch's head"),
+        ("trace", {"prompt": "RO", "patch": {"clean": "R€", "block": 0, "stage": "ffn"}}, "patch's clean prompt: text"),
+        (
+            "trace",
+            {"prompt": "RO", "attribute": "O", "patch": {"clean": "RA", "block": 1, "stage": "output", "position": 1}},
+            "attribution at a position where a patch puts back the clean prompt's output",
+        ),
         ("patch", "text", "must be a JSON object"),
         ("patch", {"clean": 3, "corrupt": "RA"}, "clean 3 must be a string or a list of integers"),
         ("patch", {"clean": "RO", "corrupt": [0, "1"]}, "corrupt [0, '1'] must be a string or a list of integers"),
@@ -281,6 +292,22 @@ def test_the_attribution_is_run_traces_own(explorer):
     assert answer["after"]["attribution"]["parts"][6] == {"name": "1.attention.head0", "value": 0.0}
     # the bars that follow read the same logits, attribution or not
     assert explorer.next_tokens({"prompt": "ROMEO", "attribute": "#36"}) == explorer.next_tokens({"prompt": "ROMEO"})
+
+
+def test_a_patched_trace_is_run_traces_own(explorer):
+    run = explorer.run
+    where = {"clean": "the cat", "block": 1, "stage": "ffn", "position": 5, "head": None}
+    answer = explorer.trace({"prompt": "the dog", "position": 5, "patch": where, "attribute": 36, "views": True})
+    expected = run.trace("the dog", position=5, patch=where, attribute=36)
+    assert {k: v for k, v in answer.items() if k != "views"} == expected.as_dict()
+    assert answer["interventions"] == ["patch 1.ffn@5 from clean"]
+    assert answer["after"]["blocks"][1]["stages"]["ffn"] == run.trace("the cat", position=5).blocks[1].stages["ffn"]
+    assert answer["before"] == run.trace("the dog", position=5, attribute=36).as_dict()
+    assert answer["views"]["norms"]["after"]["final_norm"] == row_norm(expected.after.final_norm.row)
+    # the bars that follow read the patched logits, before and after
+    bars = explorer.next_tokens({"prompt": "the dog", "position": 5, "patch": where})
+    assert bars == explorer.next_tokens({"prompt": "the dog", "position": 5, "patch": where, "attribute": 36})
+    assert bars["candidates"][0]["logit"] == max(expected.after.stage(None, "logits").tolist())
 
 
 def likeliest(run, prompt: str) -> list[int]:
@@ -335,6 +362,14 @@ def post_norm_run(tmp_path, tiny_config):
 def test_the_page_is_told_why_a_model_has_no_attribution(explorer, post_norm_run):
     refusals = explorer.model_info()["attribution"]
     assert refusals["refused"] is None and "attribution with replace_residual" in refusals["refused_replacing"]
+    # where a patch puts back a residual-stream row or the attention update, the sum is broken there
+    patching = refusals["refused_patching"]
+    assert [stage for stage, why in patching.items() if why] == ["input", "attention", "residual1", "output"]
+    assert patching["ffn"] is None and patching["heads"] is None
+    where = {"clean": "RA", "block": 0, "stage": "attention", "position": None}
+    with pytest.raises(MinigptError) as caught:
+        explorer.trace({"prompt": "RO", "attribute": "O", "patch": where})
+    assert str(caught.value) == patching["attention"]
     post = Explorer(minigpt.load(post_norm_run))
     refused = post.model_info()["attribution"]["refused"]
     assert "this model is post-norm" in refused and "--" not in refused

@@ -4,12 +4,15 @@ explorer.py computes with the library's own code:
 
     GET  /                the page (and its /explore.css, /explore.js, /draw.js)
     GET  /api/model       the model's shape, its residual adds, the run's [sample] settings, and why
-                          its logits cannot be attributed or patched (null: they can)
+                          its logits cannot be attributed or patched (null: they can), or attributed
+                          where a patch of each stage puts the clean value back
     POST /api/trace       {"prompt" | "ids", "position", "scale": ["0.attention=0", ...],
                            "replace_residual": [...], "ablate_head": [...], "set_input": "2,2,2,2",
-                           "at_position": false, "attribute": TOKEN, "versus": TOKEN, "views": false}
+                           "at_position": false, "attribute": TOKEN, "versus": TOKEN, "views": false,
+                           "patch": {"clean": TEXT or ids, "block", "stage", "position", "head"}}
                           ->  trace.Trace or trace.Comparison as JSON (`minigpt trace --json [--compare]
-                          [--attribute TOKEN --versus TOKEN]`); "views": true adds "views"
+                          [--attribute TOKEN --versus TOKEN]`; with "patch", Run.trace's `patch`);
+                          "views": true adds "views"
     POST /api/next        the same fields + "temperature", "top_k", "top_p"  ->  the next-token bars
     POST /api/step        {"prompt" | "ids", "greedy", "seed", "temperature", "top_k", "top_p"}  ->
                           the token `minigpt sample -n 1` appends

@@ -22,7 +22,7 @@ const S = {
   head: null, // {block, head}: the head an attribution part or a patching cell points at
   clean: null, // what the patching card patches: the prompt traced from the prompt box, never a patch click's
   patching: null, // the /api/patch answers: {stage, head}
-  patched: null, // {block, stage, position, head, ids}: the patch whose stage the diagram outlines
+  patched: null, // {block, stage, position, head, ids, clean}: the patch a patching cell applies to the corrupt prompt's traces
   patchPosition: "all", // the position whose head effects the head map shows ("all": every one at once)
 };
 
@@ -56,6 +56,10 @@ function traceRequest() {
     for (let h = 0; h < S.model.n_head; h++) if (e.ablate.has(`${b}.${h}`)) body.ablate_head.push(`${b}.${h}`);
   }
   if (e.setInput.trim()) body.set_input = e.setInput.trim();
+  if (S.patched) {
+    const { clean, block, stage, position, head } = S.patched;
+    body.patch = { clean, block, stage, position, head };
+  }
   if (S.attribute && !attributionRefused()) {
     body.attribute = `#${S.attribute.id}`;
     if (S.versus) body.versus = `#${S.versus.id}`;
@@ -64,10 +68,13 @@ function traceRequest() {
 }
 
 // Why this trace has no attribution, in the library's words (null: it has one): a post-norm model
-// has no residual-stream sum to split, and replacing the residual sums removes it.
+// has no residual-stream sum to split, replacing the residual sums removes it, and a patch of some
+// stages breaks it at the positions it puts the clean value back (null: every position).
 function attributionRefused() {
-  const a = S.model.attribution;
-  return a.refused || (S.edits.replace.size ? a.refused_replacing : null);
+  const a = S.model.attribution, pt = S.patched;
+  const at = S.position === null && pt ? pt.ids.length - 1 : S.position;
+  const patched = pt && (pt.position === null || pt.position === at) ? a.refused_patching[pt.stage] : null;
+  return a.refused || (S.edits.replace.size ? a.refused_replacing : null) || patched;
 }
 
 const trace = coalesced(async () => {
@@ -124,6 +131,7 @@ async function step() {
     if (S.appendedFrom === null) S.appendedFrom = data.ids.length - 1;
     S.source = S.clean = { ids: data.ids };
     S.position = null;
+    S.patched = null; // a patch is of the corrupt prompt's tokens
     $("prompt").value = data.text;
     const how = s.greedy ? "--greedy" : `--seed ${s.seed}` + settingsFlags();
     $("step-note").textContent = `appended ${show(data.token)} (id ${data.id}, p ${Draw.short(data.probability)}): ` +
@@ -757,7 +765,7 @@ async function patch() {
     fillTokenBox("patch-versus", stage.data.spelled.versus);
     S.patching = { stage: stage.data, head: null };
     S.patchPosition = "all";
-    if (S.patched) { S.patched = null; keepingFocus(() => { renderStrip(); renderDiagram(); }); } // an old patch's outline goes
+    if (S.patched) { S.patched = null; trace(); } // an old patch is of the old sweep's prompts
     renderPatching();
     const tokens = { answer: `#${stage.data.answer_id}`, versus: `#${stage.data.versus_id}` };
     const head = await post("/api/patch", { ...body, ...tokens, by: "head" });
@@ -785,7 +793,7 @@ function renderPatching() {
   facts.innerHTML = `metric: logit of <b>${esc(show(st.answer))}</b> (#${st.answer_id}) \u2212 logit of <b>${esc(show(st.versus))}</b> (#${st.versus_id}) ` +
     `at the last position: clean ${prompt(st.clean)} ${Draw.short(st.clean.logit_difference)}, ` +
     `corrupt ${prompt(st.corrupt)} ${Draw.short(st.corrupt.logit_difference)}. ` +
-    `Each cell: (patched \u2212 corrupt) / (clean \u2212 corrupt), 0 the corrupt run's, 1 the clean run's. Click a cell to trace the corrupt prompt there.`;
+    `Each cell: (patched \u2212 corrupt) / (clean \u2212 corrupt), 0 the corrupt run's, 1 the clean run's. Click a cell to trace the corrupt prompt there with that patch applied.`;
   const stages = [...new Set(st.effects.map((e) => e.stage))];
   const B = S.model.n_layer, T = st.corrupt.ids.length, labels = st.corrupt.tokens.map(show);
   const avail = Math.max(160, box.clientWidth);
@@ -870,11 +878,11 @@ function patchNumbers(st, head) {
   return numbers;
 }
 
-// A cell clicked: the corrupt prompt traced at the patch's position, its block and stage shown and
-// outlined. The trace is the corrupt run's own: Run.trace cannot apply a patch (yet), so the page
-// shows where the clean value would go and the effect it has, not the patched pass.
+// A cell clicked: the corrupt prompt traced at the patch's position with the patch applied (Run.trace's
+// `patch`: before, the corrupt run; after, the patched one), its block and stage shown and outlined.
+// The patch stays on while the corrupt prompt is traced, at any position, until another is traced.
 function showPatched(item) {
-  const corrupt = S.patching.stage.corrupt;
+  const { corrupt, clean } = S.patching.stage;
   S.source = corrupt.text !== null ? { prompt: corrupt.text } : { ids: corrupt.ids };
   $("prompt").value = corrupt.text !== null ? corrupt.text : corrupt.tokens.join("");
   S.position = item.position;
@@ -882,19 +890,20 @@ function showPatched(item) {
   S.block = item.block;
   S.head = item.head === null ? null : { block: item.block, head: item.head };
   S.view = { kind: "block", stage: item.stage === "heads" ? "attention" : item.stage };
-  S.patched = { ...item, ids: corrupt.ids };
+  S.patched = { ...item, ids: corrupt.ids, clean: clean.text !== null ? clean.text : clean.ids };
   document.body.dataset.patched = JSON.stringify(item);
   trace();
   $("model-card").scrollIntoView({ block: "nearest" });
 }
 
 function patchedNote(effects) {
-  const pt = S.patched;
+  const pt = S.patched, st = S.patching.stage;
   const where = pt.stage === "heads" ? `head ${pt.head}'s output` : pt.stage;
   const at = pt.position === null ? "every position" : `position ${pt.position}`;
-  return `traced: the corrupt prompt at ${pt.position === null ? "its last position" : at}; block ${pt.block}'s ${where} outlined, where ` +
-    `the patch puts the clean run's value (at ${at}): effect ${effects.get(effectKey(pt.block, pt.stage, pt.position, pt.head))}. ` +
-    `The rows shown are the corrupt run's.`;
+  const clean = st.clean.text !== null ? JSON.stringify(st.clean.text) : `ids ${st.clean.ids.join(",")}`;
+  return `traced: the corrupt prompt at position ${shown().position}, with block ${pt.block}'s ${where} at ${at} put back from ` +
+    `the clean prompt ${clean}'s own pass (outlined): after, the patched run; before, the corrupt run's own. At the last position this patch ` +
+    `restores ${effects.get(effectKey(pt.block, pt.stage, pt.position, pt.head))} of the clean logit difference (its effect).`;
 }
 
 // Whether the shown trace is the patch's corrupt prompt at its position, and block b's stage
@@ -953,6 +962,7 @@ function renderControls() {
   all.querySelector("#at-position").addEventListener("change", (ev) => { e.atPosition = ev.target.checked; trace(); });
   all.querySelector("#reset").addEventListener("click", () => {
     S.edits = { scale: {}, replace: new Set(), ablate: new Set(), atPosition: false, setInput: "" };
+    S.patched = null; // a patch is an intervention too
     trace();
   });
   const vector = document.createElement("label");
@@ -1010,6 +1020,7 @@ async function start() {
     S.source = S.clean = { prompt: $("prompt").value };
     S.position = null;
     S.appendedFrom = null;
+    S.patched = null;
     trace();
   });
   $("tokens").addEventListener("keydown", moveAmongTokens);

@@ -1,7 +1,9 @@
 """What `minigpt explore`'s page asks, answered by the library: the page draws, this computes.
 
     trace(request)        Run.trace's own JSON (what `minigpt trace --json [--compare]` prints); with
-                          "views": true also every block's whole attention matrices and each row's norm
+                          "views": true also every block's whole attention matrices and each row's norm;
+                          with "patch" the traced prompt with one activation of the clean prompt's pass
+                          put back (Run.trace's `patch`: a patching cell, traced)
     next_tokens(request)  the next-token distribution at the traced position, reshaped by sampling's own
                           `next_token_distribution` (temperature, top-k, top-p) from the traced logits
     step(request)         the token `minigpt sample -n 1` would append (greedy, or seeded), by `generate`
@@ -28,8 +30,9 @@ from ..api import SAMPLE_SETTINGS, Run
 from ..config import SampleConfig, updated
 from ..device import use_threads
 from ..errors import MinigptError, parameter
-from ..inspection.attribution import check_decomposable, resolve_token
+from ..inspection.attribution import check_decomposable, check_patch_attributable, resolve_token
 from ..inspection.interventions import ReplaceResidual
+from ..inspection.patching import PATCHED_STAGES
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
@@ -63,6 +66,11 @@ class Explorer:
             "attribution": {
                 "refused": _refusal(lambda: check_decomposable(self.run.model)),
                 "refused_replacing": _refusal(lambda: check_decomposable(self.run.model, [ReplaceResidual(None)])),
+                # by the stage a patch puts back, at the positions it puts it back (null: the sum stays exact)
+                "refused_patching": {
+                    stage: _refusal(lambda stage=stage: check_patch_attributable(stage))
+                    for stage in (*PATCHED_STAGES, stages.HEADS)
+                },
             },
         }
 
@@ -245,6 +253,11 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
     at_position = request.get("at_position", False)
     if not isinstance(at_position, bool):
         raise MinigptError("{at_position} {given!r} must be true or false", given=at_position)
+    patch = request.get("patch")  # its fields are Run.trace's to check
+    if patch is not None and not isinstance(patch, dict):
+        raise MinigptError(
+            'patch {given!r} must be an object {{"clean", "block", "stage", "position", "head"}} or null', given=patch
+        )
     return {
         "prompt": text,
         "ids": ids,
@@ -256,6 +269,7 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
         "at_position": at_position,
         "attribute": _token_field(request, "attribute"),
         "versus": _token_field(request, "versus"),
+        "patch": patch,
     }
 
 

@@ -15,7 +15,8 @@ part of its own. The parts sum to the logit the forward pass computed, up to rou
 says by how much.
 
 Every row comes from the trace's own recorded pass (trace.py), interventions included: an ablated
-head is a zero part, a scaled sublayer's parts are scaled, a replaced input row is one `input` part.
+head is a zero part, a scaled sublayer's parts are scaled, a replaced input row is one `input` part,
+a patch's clean ffn update or head is that part.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..model import stages
 from ..model.gpt import MiniGPT
 from ..model.layers import LayerNorm
 from ..text.tokenizer import TextTokenizer
-from .interventions import Intervention, ReplaceResidual, Scale, SetInput
+from .interventions import Intervention, PutBack, ReplaceResidual, Scale, SetInput
 from .trace import Trace
 
 
@@ -108,8 +109,9 @@ class Attribution:
         }
 
 
-def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = ()) -> None:
-    """Refuse what has no residual-stream sum to attribute, in one line saying why."""
+def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = (), position: int | None = None) -> None:
+    """Refuse what has no residual-stream sum to attribute, in one line saying why; with the
+    traced `position` known, a patch that breaks the sum there too."""
     if model.cfg.norm_position != "pre":
         raise MinigptError(
             "attribution needs the residual stream to reach the final norm as a sum of the parts; this model "
@@ -121,6 +123,30 @@ def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = (
         raise MinigptError(
             "attribution with {replace_residual}: replacing the residual sums removes the running sum the "
             "attribution splits; attribute the unmodified pass, or use {scale} or {ablate_head}"
+        )
+    for item in interventions:
+        if isinstance(item, PutBack) and position is not None and item.position in (None, position):
+            check_patch_attributable(item.stage)
+
+
+def check_patch_attributable(stage: str) -> None:
+    """Refuse splitting the logit at a position where a patch put back the clean prompt's `stage`
+    where that breaks the sum: a residual-stream row is then the clean pass's, not the sum of this
+    pass's parts, and an attention update the clean pass's, not the sum of this pass's heads. A
+    patched ffn update or head is itself one of the parts, so the sum stays exact; so does any
+    patch at another position, whose row the traced one's parts only read."""
+    if stage in (stages.INPUT, stages.RESIDUAL1, stages.OUTPUT):
+        raise MinigptError(
+            "attribution at a position where a patch puts back the clean prompt's {stage}: that residual-"
+            "stream row is the clean pass's, not the sum of this pass's parts the attribution splits; "
+            "attribute another position, or patch the ffn or a head",
+            stage=stage,
+        )
+    if stage == stages.ATTENTION:
+        raise MinigptError(
+            "attribution at a position where a patch puts back the clean prompt's attention update: it is "
+            "the clean pass's, not the sum of the heads this pass computed there, which the attribution "
+            "splits it into; attribute another position, or patch a head"
         )
 
 
@@ -134,7 +160,7 @@ def attribute(
 ) -> Attribution:
     """Split `trace`'s logit for `token` at its position (minus `versus`'s) into the parts that wrote
     the residual stream. `interventions` are those the trace's pass applied."""
-    check_decomposable(model, interventions)
+    check_decomposable(model, interventions, trace.position)
     cfg, p, recorded = model.cfg, trace.position, trace.recorded
     last = len(model.blocks) - 1
     head = model.head.weight.detach().double()  # [V, C]

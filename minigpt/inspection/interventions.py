@@ -8,17 +8,23 @@ the same forward pass the trace reads; nothing here computes a block a second ti
                                            (pre-norm: output; post-norm: residual2) = ffn
     AblateHead(block, H)                   head H's mixed values set to zero before W_O
     SetInput(vector)                       the traced position's block-0 input row replaced
+    PutBack(block, stage, position, head, values)
+                                           a patch (patching.py) traced: the clean prompt's recorded
+                                           activation written into this pass (trace.put_back reads
+                                           Run.trace's `patch` and records it)
 
 `block` is an index or None for every block. They apply at every position of the prompt, or at the
-traced position only when asked (SetInput always applies at the traced position). The stages they
-change are named by stages.py, and the Recorder refuses any name the model does not compute.
+traced position only when asked (SetInput always applies at the traced position; PutBack where its
+own position says). The stages they change are named by stages.py, and the Recorder refuses any
+name the model does not compute.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -64,7 +70,26 @@ class SetInput:
         return "set-input " + ",".join(f"{v:g}" for v in self.vector)
 
 
-Intervention = Scale | ReplaceResidual | AblateHead | SetInput
+@dataclass(frozen=True)
+class PutBack:
+    """One patch of `Run.patch` in a traced pass: block `block`'s `stage` (`input`: what enters the
+    block; `heads`: head `head`'s mixed values before W_O) at `position` (None: every position) set
+    to the clean prompt's, whose pass recorded that stage whole in `values` ([1, T, C]; heads
+    [1, H, T, d])."""
+
+    block: int
+    stage: str
+    position: int | None
+    head: int | None
+    values: Tensor = field(compare=False, repr=False)
+
+    def __str__(self) -> str:
+        head = "" if self.head is None else f".{self.head}"
+        at = "all" if self.position is None else self.position
+        return f"patch {self.block}.{self.stage}{head}@{at} from clean"
+
+
+Intervention = Scale | ReplaceResidual | AblateHead | SetInput | PutBack
 
 
 def _block(block: int | None) -> str:
@@ -123,6 +148,9 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
             )
         if isinstance(item, SetInput) and not all(math.isfinite(v) for v in item.vector):
             raise MinigptError("{set_input}: every number must be finite")
+        if isinstance(item, PutBack):
+            length = item.values.shape[2 if item.stage == stages.HEADS else 1]
+            _check_put_back(item.block, item.stage, item.position, item.head, model, length)
 
 
 def replacements(
@@ -140,6 +168,9 @@ def replacements(
     for item in interventions:
         if isinstance(item, SetInput):
             add(stages.INPUT, _set_row(position, item.vector), everywhere=False)
+            continue
+        if isinstance(item, PutBack):  # at its own position, never moved to the traced one
+            add(put_back_name(item.block, item.stage), _put_clean(item), everywhere=True)
             continue
         for i in _blocks(item.block, cfg.n_layer, str(item)):
             if isinstance(item, Scale):
@@ -191,6 +222,127 @@ def _zero_head(head: int) -> Replacement:
         return value
 
     return apply
+
+
+def put_back_name(block: int, stage: str) -> str:
+    """The name a pass records block `block`'s `stage` under, which a patch reads from the clean
+    pass and writes into the traced one: a block's input is the `input` entering block 0, else the
+    previous block's `output` (one tensor, as patching.Pass reads it)."""
+    if stage == stages.INPUT:
+        return stages.INPUT if block == 0 else stages.block_name(block - 1, stages.OUTPUT)
+    return stages.block_name(block, stage)
+
+
+def _put_clean(item: PutBack) -> Replacement:
+    rows = slice(None) if item.position is None else item.position
+
+    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+        value = value.clone()
+        if item.stage == stages.HEADS:  # [B, H, T, d]: one head's mixed values
+            value[:, item.head, rows] = item.values[:, item.head, rows]
+        else:
+            value[:, rows] = item.values[:, rows]
+        return value
+
+    return apply
+
+
+# ---------------------------------------------------------------- a patch, from Run.trace's mapping
+
+PATCH_KEYS = ("clean", "block", "stage", "position", "head")
+
+
+def read_patch(patch: Any, model: MiniGPT, length: int) -> tuple[str | list[int], int, str, int | None, int | None]:
+    """Run.trace's `patch` mapping as (clean, block, stage, position, head), each of the type it
+    must have and where this model and a traced prompt of `length` tokens have it (the clean
+    prompt is checked where it is read: trace.put_back)."""
+    clean, block, stage, position, head = _patch_fields(patch)
+    _check_put_back(block, stage, position, head, model, length)
+    return clean, block, stage, position, head
+
+
+def _patch_fields(patch: Any) -> tuple[str | list[int], int, str, int | None, int | None]:
+    """The patch's fields, each of the type it must have (no parameter is named: the command line
+    has no patch)."""
+    if not isinstance(patch, Mapping):
+        raise MinigptError(
+            "the patch {given!r} must be a mapping of {keys}: the clean prompt (a text or token ids), "
+            "where to put its activation back, and for a patch of heads which head",
+            given=patch,
+            keys=", ".join(PATCH_KEYS),
+        )
+    unknown = [key for key in patch if key not in PATCH_KEYS]
+    if unknown:
+        raise MinigptError(
+            "the patch has unknown key(s) {unknown}; it takes: {keys}",
+            unknown=", ".join(map(repr, unknown)),
+            keys=", ".join(PATCH_KEYS),
+        )
+    clean, block, stage = patch.get("clean"), patch.get("block"), patch.get("stage")
+    position, head = patch.get("position"), patch.get("head")
+    if not clean or not (isinstance(clean, str) or (isinstance(clean, Sequence) and all(map(_is_integer, clean)))):
+        raise MinigptError(
+            "the patch's clean prompt {given!r} must be a non-empty text or list of token ids", given=clean
+        )
+    for name, value, optional in (("block", block, False), ("position", position, True), ("head", head, True)):
+        if not (_is_integer(value) or (optional and value is None)):
+            raise MinigptError(
+                "the patch's {name} {given!r} must be an integer{or_none}",
+                name=name,
+                given=value,
+                or_none=" or None" if optional else "",
+            )
+    return clean, block, stage, position, head
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_put_back(block: int, stage: str, position: int | None, head: int | None, model: MiniGPT, length: int):
+    """Refuse a patch this model and a prompt of `length` tokens cannot take, in one line each."""
+    cfg = model.cfg
+    known = (stages.INPUT, *stages.block_stages(cfg.norm_position), stages.HEADS)  # what a block's pass records
+    if stage not in known:
+        raise MinigptError(
+            "the patch's stage {given!r} is not one of this model's block stages: {known}",
+            given=stage,
+            known=", ".join(known),
+        )
+    if not 0 <= block < cfg.n_layer:
+        raise MinigptError(
+            "the patch's block {given} does not exist; the model has {n_layer} block(s), 0..{last}",
+            given=block,
+            n_layer=cfg.n_layer,
+            last=cfg.n_layer - 1,
+        )
+    if position is not None and not 0 <= position < length:
+        raise MinigptError(
+            "the patch's position {given} is beyond the prompt: it has {length} token(s), positions 0..{last}, "
+            "or None for every position at once",
+            given=position,
+            length=length,
+            last=length - 1,
+        )
+    if stage == stages.HEADS and head is None:
+        raise MinigptError(
+            "a patch of heads puts back one head's mixed values: give the patch's head, 0..{last}",
+            last=cfg.n_head - 1,
+        )
+    if stage == stages.HEADS and not 0 <= head < cfg.n_head:
+        raise MinigptError(
+            "the patch's head {given} does not exist; the model has {n_head} heads, 0..{last}",
+            given=head,
+            n_head=cfg.n_head,
+            last=cfg.n_head - 1,
+        )
+    if stage != stages.HEADS and head is not None:
+        raise MinigptError(
+            "the patch's head {given} is for a patch of heads; a patch of {stage} puts back the whole row: "
+            "leave the head out (None)",
+            given=head,
+            stage=stage,
+        )
 
 
 # ---------------------------------------------------------------- from text

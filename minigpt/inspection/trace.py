@@ -26,7 +26,7 @@ from ..model import stages
 from ..model.gpt import MiniGPT, check_context, check_token_ids
 from ..model.recorder import Recorder, Replacement
 from ..text.tokenizer import TextTokenizer
-from .interventions import Intervention, replacements
+from .interventions import Intervention, PutBack, put_back_name, read_patch, replacements
 
 # ---------------------------------------------------------------- input checks (one-line refusals)
 
@@ -296,18 +296,13 @@ def trace_position(
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = Recorder(model.cfg, kept_heads(replacements(list(interventions), model, p, only_at_position), model))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
-            # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB).
-            outputs = torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
-            lens = model.head(model.final_norm(outputs))  # the model's own modules
-            blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
-    finally:
-        model.train(was_training)
+    recorder = _recorded(model, ids, replacements(list(interventions), model, p, only_at_position))
+    with torch.inference_mode():
+        # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB), by the
+        # model's own modules (norms and a linear map: the same in training mode).
+        outputs = torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
+        lens = model.head(model.final_norm(outputs))
+        blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
     x = recorder[stages.INPUT]
     final = recorder[stages.FINAL_NORM]
     return Trace(
@@ -330,6 +325,42 @@ def trace_position(
         probabilities=torch.softmax(recorder[stages.LOGITS][0, p].double(), dim=-1).tolist(),
         recorded=dict(recorder.stages),
     )
+
+
+def _recorded(model: MiniGPT, ids: list[int], changes: dict[str, Replacement]) -> Recorder:
+    """One pass of `ids` in eval mode with `changes` made, every stage recorded and the heads kept."""
+    recorder = Recorder(model.cfg, kept_heads(changes, model))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
+    finally:
+        model.train(was_training)
+    return recorder
+
+
+def put_back(model: MiniGPT, tokenizer: TextTokenizer, patch: Any, length: int) -> PutBack:
+    """Run.trace's `patch` ({"clean": TEXT or ids, "block", "stage", "position": P or None, "head":
+    H or None}) for a traced prompt of `length` tokens, checked, as a PutBack of what the clean
+    prompt's own unmodified pass computed there."""
+    clean, block, stage, position, head = read_patch(patch, model, length)
+    try:
+        ids = tokenizer.encode(clean) if isinstance(clean, str) else list(clean)
+        check_ids(model, ids)
+    except MinigptError as exc:
+        raise MinigptError("the patch's clean prompt: {reason}", reason=exc) from None
+    if len(ids) != length:
+        raise MinigptError(
+            "the patch's clean prompt has {n_clean} tokens and the traced one {length}; a patch puts back "
+            "one position's activation at the same position, so give prompts of the same token length "
+            "(clean: {clean_tokens})",
+            n_clean=len(ids),
+            length=length,
+            clean_tokens=" ".join(repr(tokenizer.token_text(i)) for i in ids),
+        )
+    values = _recorded(model, ids, {})[put_back_name(block, stage)]
+    return PutBack(block, stage, position, head, values)
 
 
 def compare(
