@@ -70,16 +70,20 @@ def _spec(
 
 @dataclass
 class ModelConfig:
-    context: int = _spec(32, "rows of the learned position table = the longest context accepted", minimum=1)
+    context: int = _spec(
+        32, "the longest context accepted (rows of the learned position table; bounds the KV cache)", minimum=1
+    )
     n_layer: int = _spec(4, "number of transformer blocks", minimum=1)
     n_head: int = _spec(4, "attention heads per block", minimum=1)
     n_embd: int = _spec(128, "model width C (a multiple of n_head)", minimum=1)
-    ffn_hidden: int = _spec(512, "hidden width F of the position-wise FFN", minimum=1)
+    ffn_hidden: int = _spec(512, "hidden width F of the position-wise FFN (0: no FFN, attention only)", minimum=0)
     norm_eps: float = _spec(1e-5, "epsilon added to the variance inside each norm", positive=True)
     dropout: float = _spec(
         0.0, "dropout probability (0 for exact teaching runs)", minimum=0.0, maximum=1.0, exclusive_max=True
     )
-    norm: str = _spec("layernorm", "normalisation", choices=("layernorm", "rmsnorm"))
+    norm: str = _spec(
+        "layernorm", "normalisation (none: the identity where each norm stands)", choices=("layernorm", "rmsnorm", "none")
+    )
     norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
     activation: str = _spec(
         "relu",
@@ -89,6 +93,17 @@ class ModelConfig:
     bias: bool = _spec(True, "biases in the linear layers and in LayerNorm (RMSNorm has none)")
     tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
     dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs", choices=("float32", "float64"))
+    positions: str = _spec(
+        "learned",
+        "learned: a position table added to the token row; none: no table, the input is the token row alone",
+        choices=("learned", "none"),
+    )
+    residual: bool = _spec(True, "the skip connections: x + sublayer(...) (false: x = sublayer(...) alone)")
+
+
+# [model] keys added after checkpoints were first written: one stored without them was trained with
+# their defaults, which is what every earlier model computed.
+LATER_MODEL_KEYS = ("positions", "residual")
 
 
 @dataclass
@@ -392,6 +407,13 @@ def _cross_checks(cfg: Config) -> None:
             n_head=m.n_head,
             value=m.n_head * max(1, m.n_embd // m.n_head),
         )
+    if m.norm == "none" and m.norm_position == "post":
+        raise ConfigError(
+            '{where}: [model] norm = "none" with norm_position = "post" is refused: without norms there is '
+            "nothing to position, and the model would be the pre-norm one without norms; use norm_position = "
+            '"pre" with norm = "none"',
+            where=where,
+        )
     if t.kind == "bpe" and t.vocab_size < 257:
         raise ConfigError(
             '{where}: [tokenizer] vocab_size = {vocab_size} is too small for kind = "bpe"; byte-level BPE '
@@ -504,6 +526,7 @@ def model_config_from(stored: Any, where: str) -> ModelConfig:
             where=where,
         )
     known = [f.name for f in fields(ModelConfig)]
+    stored = {**{k: getattr(ModelConfig(), k) for k in LATER_MODEL_KEYS if k not in stored}, **stored}
     missing = [k for k in known if k not in stored]
     if missing:
         raise ConfigError(

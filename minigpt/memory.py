@@ -20,21 +20,14 @@ def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:
     """MiniGPT(cfg, vocab_size).num_parameters(), from the shapes model.py gives each layer."""
     C, F = cfg.n_embd, cfg.ffn_hidden
     bias = 1 if cfg.bias else 0
-    norm = C + (C * bias if cfg.norm == "layernorm" else 0)  # RMSNorm has no bias
+    norm = 0 if cfg.norm == "none" else C + (C * bias if cfg.norm == "layernorm" else 0)  # RMSNorm has no bias
     widen = 2 if cfg.activation == "swiglu" else 1  # W1 holds the gate and the value
-    block = (
-        2 * norm
-        + 3 * C * C
-        + 3 * C * bias  # W_Q | W_K | W_V
-        + C * C
-        + C * bias  # W_O
-        + widen * F * C
-        + widen * F * bias  # W1
-        + F * C
-        + C * bias  # W2
-    )
+    attention = 3 * C * C + 3 * C * bias + C * C + C * bias  # W_Q | W_K | W_V, W_O
+    ffn = widen * F * C + widen * F * bias + F * C + C * bias if F else 0  # W1, W2 (ffn_hidden = 0: none)
+    block = (2 if F else 1) * norm + attention + ffn
     head = 0 if cfg.tie_embeddings else vocab_size * C
-    return vocab_size * C + cfg.context * C + cfg.n_layer * block + norm + head
+    positions = cfg.context * C if cfg.positions == "learned" else 0
+    return vocab_size * C + positions + cfg.n_layer * block + norm + head
 
 
 def forward_bytes(cfg: ModelConfig, vocab_size: int, positions: int, batch: int = 1, recorded: bool = False) -> int:

@@ -274,3 +274,32 @@ def test_kv_cache_and_full_recompute_give_the_same_tokens_through_the_fold():
         first = list(generate(model, [4, 1], settings(20, greedy=greedy), generator=torch.Generator().manual_seed(3)))
         again = list(generate(model, [4, 1], settings(20, greedy=greedy), generator=torch.Generator().manual_seed(3)))
         assert [s.tokens.tolist() for s in first] == [s.tokens.tolist() for s in again]
+
+
+# ----------------------------------------------------------------------------------------------
+# the [model] switches (README, "Remove it and watch")
+
+SWITCHES = [
+    dict(norm="none"),
+    dict(ffn_hidden=0),
+    dict(positions="none"),
+    dict(residual=False),
+    dict(norm="none", ffn_hidden=0, positions="none", residual=False, tie_embeddings=True),
+    dict(norm="rmsnorm", ffn_hidden=0, bias=False),
+]
+
+
+@pytest.mark.parametrize("changes", SWITCHES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_a_switched_model_folds_to_the_same_logits_and_samples_the_same_tokens(changes):
+    model = randomised(seed=2, scale=0.6, **changes)
+    assert unfoldable(model) is None
+    folded, wide = fold_norms(model), float64_copy(model)
+    ids = torch.randint(0, VOCAB, (3, CONTEXT), generator=torch.Generator().manual_seed(1))
+    plain, fast, reference = logits(model, ids), logits(folded, ids), logits(wide, ids)
+    assert within(fast, plain, reference) and within(fast, reference, reference)
+    assert within(logits(folded, ids, last_only=True), plain[:, -1:], reference)
+    assert len(norms(folded)) == (0 if changes.get("norm") == "none" else len(norms(model)))
+    plain_tokens, plain_logits = sampled(model, fast_path=False)
+    fast_tokens, fast_logits = sampled(model)
+    assert torch.equal(fast_tokens, plain_tokens)
+    assert within(fast_logits, plain_logits, plain_logits, 2 * TOLERANCE)

@@ -56,8 +56,8 @@ class Explorer:
             "writable": min(self.run.tokenizer.vocab_size, self.run.model.vocab_size),
             # the page's skip connections and scale controls, from the names the model computes (stages.py);
             # the order of the stages the page reads from the trace's own `stages`, in computation order
-            "residual_adds": stages.RESIDUAL_ADDS.get(cfg.norm_position, {}),
-            "scalable": list(stages.SCALABLE),
+            "residual_adds": stages.residual_adds(**stages.of(cfg), residual=cfg.residual),
+            "scalable": [stage for stage in stages.SCALABLE if stage != stages.FFN or cfg.ffn_hidden > 0],
             # The page's sampling controls start where `minigpt sample` starts for this run.
             "sample": asdict(s),
             "bars": BARS,

@@ -302,7 +302,7 @@ def _is_integer(value: Any) -> bool:
 def _check_put_back(block: int, stage: str, position: int | None, head: int | None, model: MiniGPT, length: int):
     """Refuse a patch this model and a prompt of `length` tokens cannot take, in one line each."""
     cfg = model.cfg
-    known = (stages.INPUT, *stages.block_stages(cfg.norm_position), stages.HEADS)  # what a block's pass records
+    known = (stages.INPUT, *stages.block_stages(**stages.of(cfg)), stages.HEADS)  # what a block's pass records
     if stage not in known:
         raise MinigptError(
             "the patch's stage {given!r} is not one of this model's block stages: {known}",

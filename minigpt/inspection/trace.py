@@ -68,7 +68,7 @@ def parse_ids(text: str) -> list[int]:
 def check_ids(model: MiniGPT, ids: list[int]) -> None:
     if not ids:
         raise MinigptError("the prompt has no tokens; trace needs at least one: {give}", give=GIVE_TOKENS)
-    check_context(len(ids), model.context, "the prompt", "shorten the prompt")
+    check_context(len(ids), model.context, "the prompt", "shorten the prompt", positions=model.cfg.positions)
     check_token_ids(ids, model.vocab_size)
     # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
     check_memory(

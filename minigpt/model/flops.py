@@ -18,7 +18,9 @@ def training_flops_per_token(model: MiniGPT) -> float:
     included even when it shares the token table), plus attention's 12 x layers x width x context:
     the estimate nanoGPT's estimate_mfu uses."""
     cfg = model.cfg
-    tables = model.token_table.weight.numel() + model.position_table.weight.numel()
+    tables = model.token_table.weight.numel() + (
+        model.position_table.weight.numel() if hasattr(model, "position_table") else 0
+    )
     multiplied = model.num_parameters() - tables + (model.head.weight.numel() if cfg.tie_embeddings else 0)
     return 6 * multiplied + 12 * cfg.n_layer * cfg.n_embd * cfg.context
 

@@ -19,6 +19,8 @@ lookup (`lean`). The user's model is always called through `__call__`, so its ho
 is computed in float64 on the CPU (where every device's weights can be, MPS has no float64) and
 rounded once to the model's dtype, so the two models agree up to that dtype's rounding
 (tests/test_fold.py states the tolerance). RMSNorm's gain folds the same way (it has no bias).
+The [model] switches fold too: `norm = "none"` has no gain to fold (its identities stay), a block
+without an FFN has no norm2, and neither the position table nor the residual add holds a norm.
 
 What does not fold: post-norm (chapter 17.6), where LN1's output is read by the FFN and by the
 second residual add, and LN2's output is the stream itself, read by the next block and its
@@ -37,7 +39,7 @@ from torch import Tensor, nn
 
 from ..errors import MinigptError
 from .gpt import MiniGPT
-from .layers import make_norm
+from .layers import NoNorm, make_norm
 
 
 def unfoldable(model: MiniGPT) -> str | None:
@@ -65,7 +67,8 @@ def fold_norms(model: MiniGPT) -> MiniGPT:
     with torch.no_grad():
         for block, source in zip(folded.blocks, model.blocks):
             block.norm1 = _fold(source.norm1, source.attention.qkv, block.attention.qkv, folded.cfg)
-            block.norm2 = _fold(source.norm2, source.ffn.W1, block.ffn.W1, folded.cfg)
+            if hasattr(source, "ffn"):  # ffn_hidden = 0: no norm2, nothing reads one
+                block.norm2 = _fold(source.norm2, source.ffn.W1, block.ffn.W1, folded.cfg)
         folded.head.weight = nn.Parameter(torch.empty_like(model.head.weight))  # untied from the token table
         folded.final_norm = _fold(model.final_norm, model.head, folded.head, folded.cfg)
         folded = folded.to(device, dtype)
@@ -106,7 +109,11 @@ def _linear(self, x: Tensor) -> Tensor:
 
 def _fold(norm: nn.Module, reader: nn.Linear, target: nn.Linear, cfg) -> nn.Module:
     """Write `reader(norm(x))`'s folded matrix and bias into `target` (the folded model's copy of
-    `reader`); return the plain norm that takes `norm`'s place."""
+    `reader`); return the plain norm that takes `norm`'s place. `norm = "none"` has nothing to fold:
+    the identity stays and `target` keeps `reader`'s matrix as it is."""
+    if isinstance(norm, NoNorm):
+        target.weight.copy_(reader.weight.detach())  # the head, untied above, gets the token table's copy
+        return norm
     matrix = _wide(reader.weight)  # [out, in]
     weight = matrix * _wide(norm.weight)[None, :]  # W diag(g), as [out, in]
     bias = _wide(reader.bias)

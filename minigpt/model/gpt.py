@@ -1,11 +1,16 @@
 """MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
 
     x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
+        (positions = "none": x = token_table[ids] alone; context still bounds the window)
     for block in blocks (pre-norm, chapter 17.5):
         norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
         norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
         output = residual1 + ffn;  x = output
     logits = final_norm(x) W_head
+
+The [model] switches remove a part (README, "Remove it and watch"): residual = false computes
+x = sublayer(norm(x)) for both sublayers; norm = "none" puts the identity where each norm stands
+(the final norm too); ffn_hidden = 0 builds no FFN (no norm2, hidden, ffn; output = residual1).
 
 Every submodule is called through nn.Module's `__call__`, once per use, so a forward hook or
 pre-hook a user (or nnsight, or any hook-based tool) registers on a block, its attention, a norm, a
@@ -32,7 +37,8 @@ from ..config import ModelConfig
 from ..errors import MinigptError
 from . import stages
 from .cache import KVCache, LayerCache
-from .layers import CausalSelfAttention, FeedForward, make_norm, residual
+from .layers import CausalSelfAttention, FeedForward, make_norm
+from .layers import residual as residual_add
 from .recorder import Recorder
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -42,9 +48,22 @@ class ContextTooLongError(MinigptError):
     """A sequence needs a position row the learned table does not have."""
 
 
-def check_context(length: int, context: int, what: str = "the sequence", advice: str = "") -> None:
+def check_context(
+    length: int, context: int, what: str = "the sequence", advice: str = "", positions: str = "learned"
+) -> None:
     """The one refusal for anything longer than the position table, whoever notices it first
-    (forward, sampling, trace), so it reads the same wherever it is raised."""
+    (forward, sampling, trace), so it reads the same wherever it is raised. Without a position
+    table (`positions = "none"`) `context` still bounds the window and the KV cache."""
+    if length > context and positions == "none":
+        raise ContextTooLongError(
+            "{what} has {length} tokens but the model's context is {given} ([model] context = {given}); it has "
+            "no position table, but context still bounds the window it attends over and its KV cache, so "
+            "use at most {given} tokens{value}",
+            what=what,
+            length=length,
+            given=context,
+            value=f": {advice}" if advice else "",
+        )
     if length > context:
         raise ContextTooLongError(
             "{what} has {length} tokens but the position table has {given} rows ([model] context = "
@@ -82,14 +101,21 @@ def _untapped(name: str, value: Tensor) -> Tensor:
     return value
 
 
+def _skip(stream: Tensor, update: Tensor) -> Tensor:
+    """`[model] residual = false`: the sublayer's update alone, no skip connection."""
+    return update
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
+        self.residual = residual_add if cfg.residual else _skip
         self.norm1 = make_norm(cfg)
         self.attention = CausalSelfAttention(cfg)
-        self.norm2 = make_norm(cfg)
-        self.ffn = FeedForward(cfg)
+        if cfg.ffn_hidden > 0:  # ffn_hidden = 0: attention only, no norm2 and no ffn module at all
+            self.norm2 = make_norm(cfg)
+            self.ffn = FeedForward(cfg)
 
     def forward(
         self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
@@ -99,11 +125,15 @@ class Block(nn.Module):
         `last_only` (sampling's last block): every row feeds the keys and values, but only the last
         row goes on through the residual and the FFN, so T = 1 from `attention` on."""
         tap = recorder.record if recorder is not None else _untapped
+        residual = self.residual  # x + update, or (residual = false) the update alone
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
+        has_ffn = hasattr(self, "ffn")  # ffn_hidden = 0: attention only, `output` is what attention leaves
         if self.pre_norm:  # chapter 17.5
             norm1 = tap(stages.NORM1, self.norm1(x))  # [B, T, C]
             attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
             residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
+            if not has_ffn:
+                return tap(stages.OUTPUT, residual1)  # no FFN: output = residual1
             norm2 = tap(stages.NORM2, self.norm2(residual1))  # [B, T, C]
             ffn = tap(stages.FFN, self.ffn(norm2, recorder))  # [B, T, C]; records hidden [B, T, F]
             return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
@@ -111,6 +141,8 @@ class Block(nn.Module):
         attention = tap(stages.ATTENTION, self.attention(x, recorder, cache, last_only))  # [B, T, C]
         residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
         norm1 = tap(stages.NORM1, self.norm1(residual1))  # [B, T, C]
+        if not has_ffn:
+            return tap(stages.OUTPUT, norm1)  # no FFN: output = norm1
         ffn = tap(stages.FFN, self.ffn(norm1, recorder))  # [B, T, C]; records hidden [B, T, F]
         residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
         norm2 = tap(stages.NORM2, self.norm2(residual2))  # [B, T, C]
@@ -126,7 +158,8 @@ class MiniGPT(nn.Module):
         self.vocab_size = vocab_size
         self.context = cfg.context
         self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
-        self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
+        if cfg.positions == "learned":  # positions = "none": no table, the input is the token row alone
+            self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.final_norm = make_norm(cfg)
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
@@ -145,7 +178,7 @@ class MiniGPT(nn.Module):
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
         for block in self.blocks:
-            for proj in (block.attention.out, block.ffn.W2):
+            for proj in (block.attention.out, *((block.ffn.W2,) if hasattr(block, "ffn") else ())):
                 nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * cfg.n_layer))
 
     def num_parameters(self) -> int:
@@ -167,6 +200,8 @@ class MiniGPT(nn.Module):
             "bias": cfg.bias,
             "tie_embeddings": cfg.tie_embeddings,
             "dtype": cfg.dtype,
+            "positions": cfg.positions,
+            "residual": cfg.residual,
         }
 
     def forward(
@@ -186,10 +221,12 @@ class MiniGPT(nn.Module):
         start = cache.length if cache is not None else 0
         T = ids.shape[1]
         # A shape check, no host sync: the position table has no row past `context`.
-        check_context(start + T, self.context, f"the sequence ({start} cached + {T} new)" if start else "the sequence")
+        what = f"the sequence ({start} cached + {T} new)" if start else "the sequence"
+        check_context(start + T, self.context, what, positions=self.cfg.positions)
         tap = recorder.record if recorder is not None else _untapped
-        positions = torch.arange(start, start + T, device=ids.device)
-        x = self.token_table(ids) + self.position_table(positions)  # E[ids] + P[start : start + T]: [B, T, C]
+        x = self.token_table(ids)  # E[ids]: [B, T, C]
+        if self.cfg.positions == "learned":
+            x = x + self.position_table(torch.arange(start, start + T, device=ids.device))  # + P[start : start + T]
         if self.training and self.cfg.dropout > 0:
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)

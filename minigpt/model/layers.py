@@ -68,7 +68,20 @@ class RMSNorm(nn.Module):
         return normed if self.weight is None else normed * self.weight
 
 
+class NoNorm(nn.Module):
+    """`[model] norm = "none"`: the identity where a norm stands, no parameters (its `weight` is None
+    like a plain norm's, so whoever reads a norm's gain finds none)."""
+
+    weight = None
+    bias = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
 def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
+    if cfg.norm == "none":
+        return NoNorm()
     if cfg.norm == "layernorm":
         return LayerNorm(cfg.n_embd, cfg.norm_eps, cfg.bias, affine)
     return RMSNorm(cfg.n_embd, cfg.norm_eps, affine)

@@ -39,7 +39,7 @@ class Recorder:
         self.prefix = ""
         self.stages: dict[str, Tensor] = {}
         self.replacements: dict[str, Replacement] = dict(replacements or {})
-        self.known = frozenset(stages.replaceable_names(cfg.n_layer, cfg.norm_position))
+        self.known = frozenset(stages.replaceable_names(cfg.n_layer, **stages.of(cfg)))
         self.cfg = cfg
         unknown = [name for name in self.replacements if name not in self.known]
         if unknown:
@@ -47,7 +47,7 @@ class Recorder:
 
     def _unknown(self, names: list[str], what: str) -> str:
         cfg = self.cfg
-        per_block = [stages.ATTENTION_WEIGHTS, *stages.block_stages(cfg.norm_position), stages.HEADS]
+        per_block = [stages.ATTENTION_WEIGHTS, *stages.block_stages(**stages.of(cfg)), stages.HEADS]
         return (
             f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "
             f"{stages.INPUT}, {stages.FINAL_NORM}, {stages.LOGITS} and blocks.I.STAGE for I in 0..{cfg.n_layer - 1} "

@@ -1,7 +1,7 @@
 """The names of the stages a forward pass computes: one definition that model.py records under,
 interventions.py checks against, and trace.py, trace_text.py and the explore page read.
 
-    input                                      X = E[ids] + P[0:T], what enters block 0
+    input                                      X = E[ids] + P[0:T] (E[ids] alone without positions), what enters block 0
     blocks.{i}.{stage}                         every stage of block i, in the order it computes them
     blocks.{i}.attention_weights               softmax(mask(Q K^T / sqrt(d))), recorded inside attention
     blocks.{i}.heads                           each head's mixed values before W_O: replaceable, not recorded
@@ -49,12 +49,32 @@ RESIDUAL_ADDS = {
 }
 
 
-def block_stages(norm_position: str) -> tuple[str, ...]:
-    """A block's stages in the order it computes them: PRE_NORM or POST_NORM."""
+# Stages a block without an FFN (`[model] ffn_hidden = 0`) does not compute: absent, not zero. Its
+# `output` is then what the attention sublayer leaves: `residual1` (pre-norm) or `norm1` (post-norm).
+FFN_STAGES = (NORM2, HIDDEN, FFN, RESIDUAL2)
+
+
+def block_stages(norm_position: str, ffn: bool = True) -> tuple[str, ...]:
+    """A block's stages in the order it computes them: PRE_NORM or POST_NORM, less FFN_STAGES
+    without an FFN (`ffn` False)."""
     try:
-        return BLOCK_STAGES[norm_position]
+        names = BLOCK_STAGES[norm_position]
     except KeyError:
         raise ValueError(f"norm_position {norm_position!r}: expected one of {', '.join(BLOCK_STAGES)}") from None
+    return names if ffn else tuple(name for name in names if name not in FFN_STAGES)
+
+
+def of(cfg) -> dict:
+    """The keyword arguments naming a config's stages: block_stages(**of(cfg)), recorded_names(n, **of(cfg))."""
+    return {"norm_position": cfg.norm_position, "ffn": cfg.ffn_hidden > 0}
+
+
+def residual_adds(norm_position: str, ffn: bool = True, residual: bool = True) -> dict[str, str]:
+    """RESIDUAL_ADDS for a model as built: none without the residual, the FFN's none without an FFN."""
+    if not residual:
+        return {}
+    adds = dict(RESIDUAL_ADDS.get(norm_position, {}))
+    return adds if ffn else {k: v for k, v in adds.items() if k == RESIDUAL1}
 
 
 def second_sum(norm_position: str) -> str:
@@ -73,18 +93,18 @@ def block_name(index: int, stage: str) -> str:
     return f"{block_prefix(index)}.{stage}"
 
 
-def recorded_names(n_layer: int, norm_position: str) -> tuple[str, ...]:
+def recorded_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[str, ...]:
     """Every name a recorded forward pass holds, in the order the pass records them: `input`, each
     block's stages (its attention weights just before `attention`), `final_norm`, `logits`."""
     names = [INPUT]
     for i in range(n_layer):
-        for stage in block_stages(norm_position):
+        for stage in block_stages(norm_position, ffn):
             if stage == ATTENTION:
                 names.append(block_name(i, ATTENTION_WEIGHTS))
             names.append(block_name(i, stage))
     return (*names, FINAL_NORM, LOGITS)
 
 
-def replaceable_names(n_layer: int, norm_position: str) -> tuple[str, ...]:
+def replaceable_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[str, ...]:
     """Every name a replacement may target: the recorded ones and each block's `heads`."""
-    return recorded_names(n_layer, norm_position) + tuple(block_name(i, HEADS) for i in range(n_layer))
+    return recorded_names(n_layer, norm_position, ffn) + tuple(block_name(i, HEADS) for i in range(n_layer))

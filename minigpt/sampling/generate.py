@@ -207,6 +207,7 @@ def generate(
         model.context,
         "the prompt",
         "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a larger [model] context",
+        positions=model.cfg.positions,
     )
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
     return Generation(

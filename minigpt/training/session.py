@@ -336,6 +336,7 @@ def _prepare(
             cfg.model.context,
             "[train] sample_prompt",
             "shorten it",
+            positions=cfg.model.positions,
         )
     session = _build_checked(cfg, corpus, payload, world, weights=weights)
     session.notes, session.origin = notes, origin
