@@ -82,7 +82,9 @@ class ModelConfig:
         0.0, "dropout probability (0 for exact teaching runs)", minimum=0.0, maximum=1.0, exclusive_max=True
     )
     norm: str = _spec(
-        "layernorm", "normalisation (none: the identity where each norm stands)", choices=("layernorm", "rmsnorm", "none")
+        "layernorm",
+        "normalisation (none: the identity where each norm stands)",
+        choices=("layernorm", "rmsnorm", "none"),
     )
     norm_position: str = _spec("pre", "pre-norm (chapter 17.5) or post-norm (17.6)", choices=("pre", "post"))
     activation: str = _spec(
@@ -545,5 +547,7 @@ def model_config_from(stored: Any, where: str) -> ModelConfig:
 
 def model_section_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """`key: a-value != b-value` for every [model] key on which two model sections disagree."""
+    later = {k: getattr(ModelConfig(), k) for k in LATER_MODEL_KEYS}  # absent from older checkpoints
+    a, b = {**later, **a}, {**later, **b}
     keys = sorted(set(a) | set(b))
     return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]

@@ -375,13 +375,14 @@ function renderRow() {
   let title, lines, facts;
   const pair = (label, get) => (old ? [["before", get(old)], ["after", get(tr)]] : [[label, get(tr)]]);
   if (v.kind === "embedding") {
-    title = `input at position ${p} (token ${show(tr.tokens[p])}): token row + position row`;
+    const table = tr.input.position_row !== null && tr.input.position_row !== undefined;
+    title = `input at position ${p} (token ${show(tr.tokens[p])}): ` + (table ? "token row + position row" : "token row (no position table)");
     lines = [
-      ["token", tr.input.token_row], ["position", tr.input.position_row],
+      ["token", tr.input.token_row], ...(table ? [["position", tr.input.position_row]] : []),
       ...(old && changed(0, "input") ? [["before", old.input.row], ["after", tr.input.row]] : [["= input", tr.input.row]]),
     ];
     facts = `shape ${JSON.stringify(tr.input.shape)} · token table ${JSON.stringify(tr.input.token_table_shape)} · ` +
-      `position table ${JSON.stringify(tr.input.position_table_shape)} · \u2016input\u2016 ${Draw.short(normOf("after", 0, "input"))}`;
+      `position table ${table ? JSON.stringify(tr.input.position_table_shape) : "none"} · \u2016input\u2016 ${Draw.short(normOf("after", 0, "input"))}`;
   } else if (v.kind === "final") {
     title = `final norm at position ${p}: what the head reads`;
     lines = pair("final_norm", (t) => t.final_norm.row);
@@ -1009,7 +1010,8 @@ async function start() {
   timing.id = "timing";
   $("about").title = m.run;
   $("about").textContent = `${m.run.split("/").pop()}: ${m.n_layer} block${m.n_layer > 1 ? "s" : ""}, ${m.n_head} heads, width ${m.n_embd}, ` +
-    `FFN ${m.ffn_hidden}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ${m.vocab_size} tokens · `;
+    `${m.ffn_hidden ? `FFN ${m.ffn_hidden}` : "no FFN"}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ` +
+    `${m.positions === "none" ? "no position table, " : ""}${m.residual === false ? "no residual, " : ""}${m.vocab_size} tokens · `;
   $("about").appendChild(timing);
   $("prompt").value = m.prompt;
   S.source = S.clean = { prompt: m.prompt };

@@ -359,7 +359,7 @@ def _norms(trace: Trace) -> dict[str, Any]:
     """The Euclidean norm of every row the trace shows (math.fsum of the squares, as --compare's)."""
     return {
         "token_row": row_norm(trace.input.token_row),
-        "position_row": row_norm(trace.input.position_row),
+        "position_row": row_norm(trace.input.position_row) if trace.input.position_row is not None else None,
         "blocks": [
             {"input": row_norm(block.input.row), **{name: row_norm(row) for name, row in block.stages.items()}}
             for block in trace.blocks

@@ -30,7 +30,7 @@ import torch
 from ..errors import MinigptError, Phrase
 from ..model import stages
 from ..model.gpt import MiniGPT
-from ..model.layers import LayerNorm
+from ..model.layers import LayerNorm, NoNorm
 from ..text.tokenizer import TextTokenizer
 from .interventions import Intervention, PutBack, ReplaceResidual, Scale, SetInput
 from .trace import Trace
@@ -119,6 +119,12 @@ def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = (
             "logits are not a sum of what each part wrote",
             given=model.cfg.norm_position,
         )
+    if not model.cfg.residual:
+        raise MinigptError(
+            "attribution needs the residual stream to reach the final norm as a sum of the parts; this model "
+            "has no residual ([model] residual = false): each block's output is its last sublayer's alone, "
+            "not a sum of what each part wrote"
+        )
     if any(isinstance(item, ReplaceResidual) for item in interventions):
         raise MinigptError(
             "attribution with {replace_residual}: replacing the residual sums removes the running sum the "
@@ -168,7 +174,12 @@ def attribute(
     stream = recorded[stages.block_name(last, stages.OUTPUT)][0, p].double()  # what enters the final norm
     norm = model.final_norm
     gain = norm.weight.detach().double() if norm.weight is not None else torch.ones_like(stream)
-    if isinstance(norm, LayerNorm):
+    if isinstance(norm, NoNorm):  # norm = "none": the final norm is the identity, scale 1, no centring
+        scale = 1.0
+
+        def through_norm(row: torch.Tensor) -> float:
+            return float(row @ direction)
+    elif isinstance(norm, LayerNorm):
         scale = 1.0 / math.sqrt(float(((stream - stream.mean()) ** 2).mean()) + norm.eps)
 
         def through_norm(row: torch.Tensor) -> float:
@@ -184,7 +195,8 @@ def attribute(
         parts.append(Part(stages.INPUT, through_norm(recorded[stages.INPUT][0, p].double())))
     else:
         parts.append(Part("token", through_norm(model.token_table.weight.detach()[trace.ids[p]].double())))
-        parts.append(Part("position", through_norm(model.position_table.weight.detach()[p].double())))
+        if cfg.positions == "learned":  # positions = "none": no position part
+            parts.append(Part("position", through_norm(model.position_table.weight.detach()[p].double())))
     d = cfg.n_embd // cfg.n_head
     for i, block in enumerate(model.blocks):
         factor = _attention_factor(interventions, i)
@@ -197,7 +209,8 @@ def attribute(
             )
         if out.bias is not None:
             parts.append(Part(f"{i}.attention.bias", factor * through_norm(out.bias.detach().double())))
-        parts.append(Part(f"{i}.ffn", through_norm(recorded[stages.block_name(i, stages.FFN)][0, p].double())))
+        if cfg.ffn_hidden > 0:  # ffn_hidden = 0: no ffn part
+            parts.append(Part(f"{i}.ffn", through_norm(recorded[stages.block_name(i, stages.FFN)][0, p].double())))
     if getattr(norm, "bias", None) is not None:
         parts.append(Part("final_norm.bias", float(norm.bias.detach().double() @ direction)))
     logits = recorded[stages.LOGITS][0, p].double()

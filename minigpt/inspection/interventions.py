@@ -122,6 +122,12 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
                     stage=item.stage,
                     join=", ".join(stages.SCALABLE),
                 )
+            if item.stage == stages.FFN and cfg.ffn_hidden == 0:
+                raise MinigptError(
+                    "{scale} {block}.ffn: this model has no FFN ([model] ffn_hidden = 0), so there is no ffn "
+                    "update to scale; scale attention",
+                    block=_block(item.block),
+                )
             if not math.isfinite(item.factor):
                 raise MinigptError(
                     "{scale} {block}.{stage}={factor}: the factor must be a finite number, e.g. 0, 0.5 or 2",
@@ -129,6 +135,11 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
                     stage=item.stage,
                     factor=item.factor,
                 )
+        if isinstance(item, ReplaceResidual) and not cfg.residual:
+            raise MinigptError(
+                "{replace_residual}: this model has no residual ([model] residual = false); each sum is already "
+                "its update alone, so there is no residual to replace"
+            )
         if isinstance(item, (Scale, ReplaceResidual, AblateHead)):
             _blocks(item.block, cfg.n_layer, parameter(str(item).split(" ")[0].replace("-", "_")))
         if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
@@ -178,7 +189,8 @@ def replacements(
             elif isinstance(item, ReplaceResidual):  # each sum replaced by its update alone
                 attention, ffn = stages.block_name(i, stages.ATTENTION), stages.block_name(i, stages.FFN)
                 add(stages.block_name(i, stages.RESIDUAL1), lambda value, recorded, n=attention: recorded[n])
-                add(stages.block_name(i, second_sum), lambda value, recorded, n=ffn: recorded[n])
+                if cfg.ffn_hidden > 0:  # without an FFN the block's one sum is residual1
+                    add(stages.block_name(i, second_sum), lambda value, recorded, n=ffn: recorded[n])
             else:
                 add(stages.block_name(i, stages.HEADS), _zero_head(item.head), time_axis=2)
     return {stage: _chain(changes) for stage, changes in found.items()}

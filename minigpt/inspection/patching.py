@@ -100,10 +100,11 @@ class Patch:
     head: int | None = None
 
 
-def sweep(n_layer: int, n_head: int, length: int, by: str) -> list[Patch]:
-    """Every patch of one sweep, block by block."""
+def sweep(n_layer: int, n_head: int, length: int, by: str, ffn: bool = True) -> list[Patch]:
+    """Every patch of one sweep, block by block (no `ffn` patches for a model without an FFN)."""
     if by == "stage":
-        return [Patch(i, s, p) for i in range(n_layer) for s in PATCHED_STAGES for p in range(length)]
+        names = [s for s in PATCHED_STAGES if ffn or s != stages.FFN]
+        return [Patch(i, s, p) for i in range(n_layer) for s in names for p in range(length)]
     return [Patch(i, stages.HEADS, p, h) for i in range(n_layer) for h in range(n_head) for p in (None, *range(length))]
 
 
@@ -182,7 +183,11 @@ def patch(
                     "answers differently",
                     value=high,
                 )
-            chosen = patches if patches is not None else sweep(len(model.blocks), model.cfg.n_head, len(clean), by)
+            chosen = (
+                patches
+                if patches is not None
+                else sweep(len(model.blocks), model.cfg.n_head, len(clean), by, model.cfg.ffn_hidden > 0)
+            )
             finals = patched_finals(model, clean_pass, corrupt_pass, chosen)
             effects = [
                 Effect(

@@ -135,7 +135,7 @@ def patching_figure(result: Patching):
     labels = [f"{p}:{repr(t)[1:-1][:6]}" for p, t in enumerate(result.clean.tokens)]
     if result.by == "stage":
         panels = []
-        for stage in PATCHED_STAGES:
+        for stage in [s for s in PATCHED_STAGES if any(e.stage == s for e in result.effects)]:
             grid = np.zeros((n_layer, len(labels)))
             for e in result.effects:
                 if e.stage == stage:

@@ -133,14 +133,15 @@ class Row:
 
 @dataclass
 class InputRows:
-    """Block 0's input at the traced position: token row + position row = X."""
+    """Block 0's input at the traced position: token row + position row = X (without a position
+    table, `[model] positions = "none"`, the position row and its table's shape are None: absent)."""
 
     token_row: list[float]
-    position_row: list[float]
+    position_row: list[float] | None
     row: list[float]
     shape: list[int]
     token_table_shape: list[int]
-    position_table_shape: list[int]
+    position_table_shape: list[int] | None
 
 
 @dataclass
@@ -305,6 +306,7 @@ def trace_position(
         blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
     x = recorder[stages.INPUT]
     final = recorder[stages.FINAL_NORM]
+    table = getattr(model, "position_table", None)  # positions = "none": no table
     return Trace(
         position=p,
         ids=list(ids),
@@ -312,11 +314,11 @@ def trace_position(
         model=model.architecture(),
         input=InputRows(
             token_row=model.token_table.weight[ids[p]].tolist(),
-            position_row=model.position_table.weight[p].tolist(),
+            position_row=model.position_table.weight[p].tolist() if table is not None else None,
             row=x[0, p].tolist(),
             shape=list(x.shape),
             token_table_shape=list(model.token_table.weight.shape),
-            position_table_shape=list(model.position_table.weight.shape),
+            position_table_shape=list(table.weight.shape) if table is not None else None,
         ),
         blocks=blocks,
         final_norm=Row(final[0, p].tolist(), list(final.shape)),

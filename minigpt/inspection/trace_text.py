@@ -106,9 +106,20 @@ def _table(
 
 
 def _legend(model: dict[str, Any]) -> list[str]:
-    """One formula per stage, in the order the block computes them (stages.py), in the stages' names."""
-    norm = "LN" if model["norm"] == "layernorm" else "RMS"
+    """One formula per stage, in the order the block computes them (stages.py), in the stages' names,
+    for the model as built: no `+` without the residual, no FFN lines without an FFN, `norm1 = input`
+    where the norm is the identity (`norm = "none"`)."""
+    kind = model["norm"]
+    norm = {"layernorm": "LN", "rmsnorm": "RMS"}.get(kind, "")
     b1, b2 = (" + b1", " + b2") if model["bias"] else ("", "")
+    skip = model.get("residual", True)
+    ffn = model.get("ffn_hidden", 1) > 0
+
+    def normed(which: str, x: str) -> str:
+        return x if kind == "none" else f"{norm}{which}({x})"
+
+    def add(stream: str, update: str) -> str:
+        return f"{stream} + {update}" if skip else update
 
     def hidden(x: str) -> str:
         if model["activation"] == "swiglu":  # W1 holds the gate and value projections side by side
@@ -117,25 +128,27 @@ def _legend(model: dict[str, Any]) -> list[str]:
 
     if model["norm_position"] == "pre":
         formulas = {
-            NORM1: f"{norm}1({INPUT})",
+            NORM1: normed("1", INPUT),
             ATTENTION: f"MHA({NORM1})",
-            RESIDUAL1: f"{INPUT} + {ATTENTION}",
-            NORM2: f"{norm}2({RESIDUAL1})",
+            RESIDUAL1: add(INPUT, ATTENTION),
+            NORM2: normed("2", RESIDUAL1),
             HIDDEN: hidden(NORM2),
             FFN: f"{HIDDEN} W2{b2}",
-            OUTPUT: f"{RESIDUAL1} + {FFN}",
+            OUTPUT: add(RESIDUAL1, FFN) if ffn else RESIDUAL1,
         }
     else:  # post-norm's output is LN2's, so one line names both
         formulas = {
             ATTENTION: f"MHA({INPUT})",
-            RESIDUAL1: f"{INPUT} + {ATTENTION}",
-            NORM1: f"{norm}1({RESIDUAL1})",
+            RESIDUAL1: add(INPUT, ATTENTION),
+            NORM1: normed("1", RESIDUAL1),
             HIDDEN: hidden(NORM1),
             FFN: f"{HIDDEN} W2{b2}",
-            RESIDUAL2: f"{NORM1} + {FFN}",
-            NORM2: f"{OUTPUT} = {norm}2({RESIDUAL2})",
+            RESIDUAL2: add(NORM1, FFN),
+            NORM2: f"{OUTPUT} = {normed('2', RESIDUAL2)}",
         }
-    steps = [f"{stage} = {formulas[stage]}" for stage in block_stages(model["norm_position"]) if stage in formulas]
+        if not ffn:
+            formulas[OUTPUT] = NORM1
+    steps = [f"{stage} = {formulas[stage]}" for stage in block_stages(model["norm_position"], ffn) if stage in formulas]
     steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
@@ -209,11 +222,10 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         rows = []
         if i == 0:
             inp = trace["input"]
-            rows += [
-                (f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]),
-                (f"+ position {p}", inp["position_row"], inp["position_table_shape"]),
-                (f"= {INPUT}", inp["row"], inp["shape"]),
-            ]
+            rows.append((f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]))
+            if inp.get("position_row") is not None:  # positions = "none": no position row to add
+                rows.append((f"+ position {p}", inp["position_row"], inp["position_table_shape"]))
+            rows.append((f"= {INPUT}", inp["row"], inp["shape"]))
         else:
             rows.append((INPUT, entry["input"]["row"], entry["input"]["shape"]))
         rows += [(name, row, entry["shapes"][name]) for name, row in entry["stages"].items()]

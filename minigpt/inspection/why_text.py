@@ -106,7 +106,7 @@ def render_patching(result: Patching, digits: int = 2, width: int = WIDTH) -> st
     n_layer = 1 + max(e.block for e in result.effects)
     columns = [f"{p}:{show_token(t, 6)}" for p, t in enumerate(clean.tokens)]
     if result.by == "stage":
-        for stage in PATCHED_STAGES:
+        for stage in [s for s in PATCHED_STAGES if any(e.stage == s for e in result.effects)]:
             cells = {(e.block, e.position): e.effect for e in result.effects if e.stage == stage}
             out += ["", f"{stage} patched, by block (rows) and position (columns)"]
             out += _grid(

@@ -55,6 +55,12 @@ def export_safetensors(model: MiniGPT, out: Path) -> list[Path]:
 
 def gpt2_refusal(model: MiniGPT) -> str | None:
     cfg = model.cfg
+    if cfg.positions != "learned":
+        return f"[model] positions = {cfg.positions!r}: GPT-2 adds a learned position table (wpe)"
+    if not cfg.residual:
+        return "[model] residual = false: GPT-2's blocks add each sublayer to the residual stream"
+    if cfg.ffn_hidden == 0:
+        return "[model] ffn_hidden = 0: every GPT-2 block has an MLP"
     if cfg.norm != "layernorm":
         return f"[model] norm = {cfg.norm!r}: GPT-2 has LayerNorm only"
     if cfg.norm_position != "pre":
