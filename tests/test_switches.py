@@ -229,3 +229,21 @@ def test_attribution_is_exact_with_each_switch_it_can_take(changes, absent):
     assert abs(result.error) < 1e-9 and not set(absent) & set(names)
     if changes.get("norm") == "none":
         assert result.scale == 1.0 and "final_norm.bias" not in names
+
+
+def test_the_explore_pages_model_reports_the_switches_and_traces(switched):
+    import minigpt
+    from minigpt.explore.explorer import Explorer
+
+    switch, run = switched
+    explorer = Explorer(minigpt.load(run))
+    info = explorer.model_info()
+    assert (info["positions"], info["residual"], info["norm"], info["ffn_hidden"] == 0) == (
+        "none" if switch == "positions" else "learned",
+        switch != "residual",
+        "none" if switch == "norm" else "layernorm",
+        switch == "ffn",
+    )
+    assert (info["residual_adds"] == {}) == (switch == "residual")
+    assert ("ffn" in info["scalable"]) == (switch != "ffn")
+    assert (info["attribution"]["refused"] is not None) == (switch == "residual")
