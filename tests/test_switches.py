@@ -247,3 +247,13 @@ def test_the_explore_pages_model_reports_the_switches_and_traces(switched):
     assert (info["residual_adds"] == {}) == (switch == "residual")
     assert ("ffn" in info["scalable"]) == (switch != "ffn")
     assert (info["attribution"]["refused"] is not None) == (switch == "residual")
+
+
+def test_a_run_trained_before_the_switches_keeps_its_identity_and_resumes():
+    from minigpt.config import load_config
+    from minigpt.runs.identity import training_identity
+
+    plain = training_identity(load_config(None))
+    assert "positions" not in plain["model"] and "residual" not in plain["model"]  # hashed as earlier runs were
+    switched = training_identity(load_config(None, ['model.positions="none"', "model.residual=false"]))
+    assert switched["model"]["positions"] == "none" and switched["model"]["residual"] is False
