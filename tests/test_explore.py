@@ -517,7 +517,8 @@ def test_a_gpt2_shaped_page_fits_and_every_attention_cell_is_trace_json_s(browse
     wait.until(lambda p_: "final norm at position" in page.find_element(By.ID, "row-title").text)
     assert page.execute_script(strips, 96) == [["final_norm", expected["final_norm"]["row"]]]
     page.find_element(By.CSS_SELECTOR, "#row summary").click()
-    numbers = page.find_element(By.CSS_SELECTOR, "#row .numbers").text.splitlines()
+    # the list is built on the details' toggle event, which fires after the click returns
+    numbers = wait.until(lambda p_: p_.find_element(By.CSS_SELECTOR, "#row .numbers")).text.splitlines()
     shown = [(int(i), float(v)) for i, v in (line.split(": ") for line in numbers)]
     assert shown == list(enumerate(expected["final_norm"]["row"]))
     page.find_element(By.CSS_SELECTOR, '#strip button[data-block="0"]').click()
