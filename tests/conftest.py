@@ -233,3 +233,21 @@ def child_processes(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
+
+
+def random_run(cfg, vocab: int, tokenizer, *, seed: int = 0, std: float = 0.5):
+    """A Run of a seeded random model (every weight but the norms' drawn with `std`, so every part
+    is far from zero) with the default config and `tokenizer`: for tests that need no run folder."""
+    import torch
+
+    from minigpt.api import Run
+    from minigpt.config import load_config
+    from minigpt.model.gpt import MiniGPT
+
+    torch.manual_seed(seed)
+    model = MiniGPT(cfg, vocab).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" not in name:
+                parameter.normal_(0.0, std)
+    return Run(Path("random"), load_config(REPO / "configs" / "default.toml"), model, tokenizer)

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 import torch.nn.functional as F
@@ -83,13 +84,7 @@ def _bias(module, default=None):
 
 
 def random_run(cfg: ModelConfig, vocab: int, seed: int = 0) -> Run:
-    torch.manual_seed(seed)
-    model = MiniGPT(cfg, vocab).eval()
-    with torch.no_grad():  # larger than GPT-2's init, so every part is far from zero
-        for name, parameter in model.named_parameters():
-            if "norm" not in name:
-                parameter.normal_(0.0, 0.3)
-    return Run(Path("random"), load_config(REPO / "configs" / "default.toml"), model, Characters())
+    return conftest.random_run(cfg, vocab, Characters(), seed=seed, std=0.3)
 
 
 def test_the_parts_are_the_plain_loops_and_sum_to_the_logit_in_float64():

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_run
 from typer.testing import CliRunner
 
 from minigpt.api import MinigptError, Run, load
 from minigpt.cli import app
-from minigpt.config import ModelConfig, load_config
+from minigpt.config import ModelConfig
 from minigpt.inspection.patching import Pass, Patch, patched_finals
 from minigpt.model.gpt import MiniGPT
 
@@ -40,13 +41,7 @@ def text(ids: list[int]) -> str:
 @pytest.fixture(scope="module")
 def run() -> Run:
     cfg = ModelConfig(n_layer=3, n_head=2, n_embd=8, ffn_hidden=16, context=8, dtype="float64")
-    torch.manual_seed(0)
-    model = MiniGPT(cfg, 12).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" not in name:
-                parameter.normal_(0.0, 0.5)
-    return Run(Path("random"), load_config(REPO / "configs" / "default.toml"), model, Numbered())
+    return random_run(cfg, 12, Numbered(), seed=0)
 
 
 # ---------------------------------------------------------------- the reference: hooks, one pass each

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_run
 from test_patching import ANSWER, CLEAN, CORRUPT, VERSUS, Numbered, text
 
 from minigpt.api import Comparison, MinigptError, Run, Trace
-from minigpt.config import ModelConfig, load_config
-from minigpt.model.gpt import MiniGPT
+from minigpt.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 LAST = len(CORRUPT) - 1
@@ -23,13 +23,7 @@ LAST = len(CORRUPT) - 1
 @pytest.fixture(scope="module")
 def run() -> Run:
     cfg = ModelConfig(n_layer=3, n_head=2, n_embd=8, ffn_hidden=16, context=8, dtype="float64")
-    torch.manual_seed(1)
-    model = MiniGPT(cfg, 12).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" not in name:
-                parameter.normal_(0.0, 0.5)
-    return Run(Path("random"), load_config(REPO / "configs" / "default.toml"), model, Numbered())
+    return random_run(cfg, 12, Numbered(), seed=1)
 
 
 def patch(block: int, stage: str, position: int | None = None, head: int | None = None) -> dict:

@@ -425,15 +425,9 @@ function renderRow() {
   out.push(Draw.legend("value", limit, `${lines[0][1].length} values`));
   const tools = document.createElement("div");
   tools.className = "tools";
-  const numbers = document.createElement("details");
-  numbers.innerHTML = `<summary>exact numbers</summary>`;
-  numbers.addEventListener("toggle", () => {
-    if (!numbers.open || numbers.querySelector(".numbers")) return;
-    const grid = document.createElement("div");
-    grid.className = "numbers";
+  const numbers = exactNumbers(() => {
     const [, first] = lines[lines.length - 1];
-    first.forEach((_, i) => grid.appendChild(Draw.span(`${i}: ${lines.map(([l, r]) => (lines.length > 1 ? `${l} ` : "") + r[i]).join("  ")}`)));
-    numbers.appendChild(grid);
+    return first.map((_, i) => `${i}: ${lines.map(([l, r]) => (lines.length > 1 ? `${l} ` : "") + r[i]).join("  ")}`);
   });
   const download = document.createElement("button");
   download.type = "button";
@@ -864,16 +858,22 @@ function patchCells(canvas, item, value, where) {
 }
 
 function patchNumbers(st, head) {
+  return exactNumbers(() => [...st.effects, ...(head ? head.effects : [])].map((e) => {
+    const where = e.stage === "heads" ? `head ${e.head} at ${e.position === null ? "all" : e.position}` : `${e.stage} at ${e.position}`;
+    return `block ${e.block} ${where}: ${e.effect}`;
+  }));
+}
+
+// "exact numbers": a closed list whose lines (`lines()`, full precision) are written the first time
+// it is opened, so a view with thousands of values does not build them until asked.
+function exactNumbers(lines) {
   const numbers = document.createElement("details");
   numbers.innerHTML = `<summary>exact numbers</summary>`;
   numbers.addEventListener("toggle", () => {
     if (!numbers.open || numbers.querySelector(".numbers")) return;
     const grid = document.createElement("div");
     grid.className = "numbers";
-    for (const e of [...st.effects, ...(head ? head.effects : [])]) {
-      const where = e.stage === "heads" ? `head ${e.head} at ${e.position === null ? "all" : e.position}` : `${e.stage} at ${e.position}`;
-      grid.appendChild(Draw.span(`block ${e.block} ${where}: ${e.effect}`));
-    }
+    lines().forEach((line) => grid.appendChild(Draw.span(line)));
     numbers.appendChild(grid);
   });
   return numbers;
