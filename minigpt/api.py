@@ -9,6 +9,7 @@
     run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
     run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
     run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
+    run.accuracy()                                      # a task run's held-out exact-match accuracy
     run.export("safetensors", "out/")                   # or "hf": a GPT-2 folder transformers loads
     minigpt.api.import_hf("gpt2/", "runs/gpt2")         # a GPT-2 folder (or import_nanogpt) as a run
     minigpt.api.metrics("runs/mine")                    # the metrics log: training and evaluation records
@@ -36,6 +37,7 @@ from .device import keep_freed_memory, pick_device, use_threads
 from .errors import MinigptError, Phrase, parameter
 from .inspection import attribution, patching
 from .inspection import interventions as edits
+from .inspection.accuracy import Accuracy, accuracy
 from .inspection.attribution import Attribution, check_decomposable
 from .inspection.patching import Patching
 from .inspection.scoring import Scores, score
@@ -49,7 +51,9 @@ from .runs.folder import check_new_run
 from .runs.metrics import read_metrics
 from .runs.reading import load_model, reading_config
 from .sampling.generate import SampleResult, complete
+from .text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
 from .text.reading import read_text
+from .text.tasks import task_examples
 from .text.tokenizer import TextTokenizer
 from .training import distributed
 from .training.distributed import RankLost, RefusedElsewhere, speaks
@@ -60,6 +64,7 @@ from .training.session import Session, TrainingSession
 from .training.trainer import DivergedError, Trainer, TrainResult, WriteFailed, estimate_seconds
 
 __all__ = [
+    "Accuracy",
     "Attribution",
     "Comparison",
     "DivergedError",
@@ -96,6 +101,8 @@ def train(
     set: Mapping[str, Any] | Sequence[str] = (),
     init_from: str | Path | None = None,
     init_checkpoint: str | None = None,
+    task: str | None = None,
+    task_length: int | None = None,
     resume: bool = False,
     force: bool = False,
     progress: bool = True,
@@ -104,8 +111,9 @@ def train(
     preparing: Callable[[str], AbstractContextManager] | None = None,
 ) -> TrainResult:
     """Train a run: `config` (default: the shipped configs/default.toml) with `set` overrides, on
-    `data` (a text file, a folder of *.txt files, or a list of them), into the run folder `out`,
-    for `steps` steps; `init_from` a run folder fine-tunes it
+    `data` (a text file, a folder of *.txt files, a list of them, or a .jsonl file of prompt/completion
+    pairs), or on a generated `task` ("reverse", "sort", "copy", "add"; `task_length` its size), into
+    the run folder `out`, for `steps` steps; `init_from` a run folder fine-tunes it
     (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
@@ -115,6 +123,7 @@ def train(
     scheduler and torchrun send of that one request), so it ends on its own. Returns the
     TrainResult (`result.run` is the folder to load)."""
     given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
+    given |= {"task": task, "task_length": task_length}
     train_keys = {key: _plain(value) for key, value in given.items() if value is not None}
 
     def read_config() -> Config:
@@ -147,7 +156,7 @@ def train(
         if on_start is not None:
             on_start(s)
         bar = TrainingProgress(s.step, s.cfg.train.steps) if progress else None
-        prompt = s.cfg.train.sample_prompt
+        prompt = s.cfg.train.sample_prompt or s.corpus.sample_start.strip("\n")
 
         def sample_shown(step: int, text: str) -> None:
             bar.write(f"--- sample at step {step} ---\n{prompt + text}")
@@ -508,6 +517,64 @@ class Run:
                 n_ids=len(ids),
             )
         return score(self.model, ids, len(text.encode("utf-8")), writable=self.tokenizer.vocab_size)
+
+    @property
+    def trained_on(self) -> str:
+        """ "task", "pairs" (a .jsonl file of prompt/completion pairs) or "text"."""
+        return "task" if self.cfg.train.task != "none" else "pairs" if is_pairs(self.cfg.train.data) else "text"
+
+    def _examples(self):
+        """A task or pairs run's examples, as training made them."""
+        return (task_examples if self.trained_on == "task" else pair_examples)(self.cfg, self.tokenizer)
+
+    @property
+    def example_format(self) -> str:
+        """What a task or pairs run was trained on, with one held-out example ("" for a text run)."""
+        if self.trained_on == "text":
+            return ""
+        examples = self._examples()
+        if examples.task is not None:
+            return examples.source
+        prompt, completion = (self.tokenizer.decode(ids) for ids in examples.held_out[0])
+        return f"pairs of {examples.source}, e.g. {prompt!r} -> {completion!r}"
+
+    @property
+    def first_held_out_prompt(self) -> str:
+        return self._examples().sample_start
+
+    def accuracy(self, task: str | None = None, data: str | Path | None = None) -> Accuracy:
+        """Exact-match and per-position accuracy: on the held-out examples of the task this run was
+        trained on (`task` names it, as a check), on every line of a .jsonl file of prompt/completion
+        pairs (`data`), or on the held-out lines of the .jsonl file a run was trained on."""
+        use_threads(self.cfg.train.threads)
+        if data is not None:
+            if task is not None:
+                raise MinigptError("{task} and {data} are both given; give one: the run's task, or a .jsonl file")
+            pairs = encode_pairs(read_pairs(Path(data))[0], self.tokenizer, self.model.context, Path(data))
+            what = f"{len(pairs):,} prompt/completion pairs of {data}"
+        elif task is None and self.trained_on == "pairs":
+            examples = self._examples()
+            pairs, what = examples.held_out, f"the {len(examples.held_out):,} held-out pairs of {examples.source}"
+        else:
+            trained = self.cfg.train.task
+            if trained == "none" or (task is not None and task != trained):
+                given = (
+                    Phrase("is trained on {trained}", trained=f"task {trained}")
+                    if trained != "none"
+                    else (Phrase("was not trained on a task"))
+                )
+                raise MinigptError(
+                    "run {run} {given}, so it has no held-out examples of {asked}; evaluate a run trained with "
+                    "{task} {asked}, or score a text with {data}",
+                    run=self.path,
+                    given=given,
+                    asked=task or "a task",
+                )
+            examples = self._examples()
+            pairs, what = examples.held_out, f"{examples.source}; {len(examples.held_out):,} held-out examples"
+        result = accuracy(self.model, pairs, self.tokenizer.decode, writable=self.tokenizer.vocab_size)
+        result.what = what
+        return result
 
     # ------------------------------------------------------------ exporting
 

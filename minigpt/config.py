@@ -106,6 +106,10 @@ class ModelConfig:
 # [model] keys added after checkpoints were first written: one stored without them was trained with
 # their defaults, which is what every earlier model computed.
 LATER_MODEL_KEYS = ("positions", "residual")
+# The same for [train]: a run trained before tasks existed trained on text, task = "none".
+LATER_TRAIN_KEYS = ("task", "task_length", "task_held_out")
+
+TASKS = ("reverse", "sort", "copy", "add")
 
 
 @dataclass
@@ -129,6 +133,18 @@ class TrainConfig:
         "folders, joined with an end-of-text token between two files (default: the shipped Tiny Shakespeare)",
     )
     out: str = _spec("", "run folder to write; empty means runs/<config name> under the current directory")
+    task: str = _spec(
+        "none",
+        "train on a generated task instead of data: reverse, sort or copy a string of letters, or add two "
+        "numbers; examples drawn from the seed, a character tokenizer, the loss on the answer only",
+        choices=("none", *TASKS),
+    )
+    task_length: int = _spec(
+        0,
+        "letters of each task input (reverse, sort, copy), or digits of each number (add); 0: 8 letters, 3 digits",
+        minimum=0,
+    )
+    task_held_out: int = _spec(1000, "task examples held out for evaluation, never drawn for training", minimum=1)
     init_from: str = _spec(
         "",
         "a run folder to fine-tune: this run starts from its weights and keeps its model section and "
@@ -416,6 +432,22 @@ def _cross_checks(cfg: Config) -> None:
             '"pre" with norm = "none"',
             where=where,
         )
+    if tr.task != "none" and ("tokenizer", "kind") in cfg.chosen and t.kind not in ("char", "imported"):
+        raise ConfigError(
+            '{where}: [train] task = "{task}" with [tokenizer] kind = "{kind}" is refused: a task is written one '
+            'character per token; leave [tokenizer] kind out (a task run uses "char") or set it to "char"',
+            where=where,
+            task=tr.task,
+            kind=t.kind,
+        )
+    if tr.task != "none" and ("train", "data") in cfg.chosen and tr.data != str(DEFAULT_CORPUS):
+        raise ConfigError(
+            '{where}: [train] task = "{task}" and [train] data = {data} are both given; a task run trains on the '
+            "examples it generates and reads no data: give one of them",
+            where=where,
+            task=tr.task,
+            data=_toml_value(tr.data),
+        )
     if t.kind == "bpe" and t.vocab_size < 257:
         raise ConfigError(
             '{where}: [tokenizer] vocab_size = {vocab_size} is too small for kind = "bpe"; byte-level BPE '
@@ -496,6 +528,13 @@ def load_config(
     if overrides:  # plain text: it is also the header of a run's config.toml
         cfg.source = f"{where} with overrides {' '.join(overrides)}"
     _cross_checks(cfg)
+    return _task_tokenizer(cfg)
+
+
+def _task_tokenizer(cfg: Config) -> Config:
+    """A task is written one character per token: its run's [tokenizer] says so (config.toml too)."""
+    if cfg.train.task != "none" and cfg.tokenizer.kind == "bpe" and ("tokenizer", "kind") not in cfg.chosen:
+        return replace(cfg, tokenizer=replace(cfg.tokenizer, kind="char"))
     return cfg
 
 
@@ -515,7 +554,7 @@ def updated(cfg: Config, given: Given) -> Config:
     _apply_given(values, given)
     new = replace(cfg, **{section: SECTIONS[section](**values[section]) for section in SECTIONS})
     _cross_checks(new)
-    return new
+    return _task_tokenizer(new)
 
 
 def model_config_from(stored: Any, where: str) -> ModelConfig:

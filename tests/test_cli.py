@@ -126,7 +126,7 @@ def test_trains_config_key_flags_are_built_from_their_keys():
 
     params, shown = built_params("train"), help_lines("train")
     keys = [key for key in fields(TrainConfig) if key.name in params]
-    assert [key.name for key in keys] == ["data", "out", "init_from", "init_checkpoint", "steps"]
+    assert [key.name for key in keys] == ["data", "out", "task", "task_length", "init_from", "init_checkpoint", "steps"]
     for key in keys:
         assert_built_from_its_key(params[key.name], key, "train", shown)
     assert params["data"].multiple and params["steps"].type.convert("7", None, None) == 7

@@ -1,6 +1,7 @@
 """`minigpt eval`: score every token of a text file with a trained run; print tokens, bytes, nats
 per token, bits per byte and perplexity (or one JSON object), and optionally every token's
-surprisal as JSON lines."""
+surprisal as JSON lines. On a task run, or with a .jsonl file of pairs: exact-match accuracy, per
+answer position, and a few wrong answers."""
 
 from __future__ import annotations
 
@@ -18,6 +19,16 @@ from .options import EvalOptions
 def main(o: EvalOptions) -> None:
     with user_errors():
         run = opened(o)
+        pairs = o.data is not None and o.data.suffix == ".jsonl"
+        if o.task is not None or pairs or (o.data is None and run.trained_on != "text"):
+            if o.per_token is not None:
+                raise MinigptError("{per_token} scores a text's tokens; it is not taken with a task or a .jsonl file")
+            _accuracy(run.accuracy(task=o.task, data=o.data if pairs else None), o.as_json)
+            return
+        if o.data is None:
+            raise MinigptError(
+                "{data} is missing: give a UTF-8 text file to score, or a .jsonl file of prompt/completion pairs"
+            )
         scores = run.eval(o.data)
         if o.per_token is not None:
             ids = scores.ids
@@ -61,3 +72,18 @@ def main(o: EvalOptions) -> None:
             f"nats/token {scores.nats_per_token:.4f}   bits/byte {scores.bits_per_byte:.4f}   "
             f"perplexity {scores.perplexity:.2f}"
         )
+
+
+def _accuracy(result, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+        return
+    lines = [
+        f"{result.what}",
+        f"exact match: {result.right:,} of {result.examples:,} = {100 * result.accuracy:.2f}%",
+        "per answer position (right given the right answer before it): "
+        + " ".join(f"{100 * p:.1f}" for p in result.per_position),
+    ]
+    for wrong in result.wrong:
+        lines.append(f"  wrong: {wrong['prompt']!r} -> {wrong['got']!r} (expected {wrong['expected']!r})")
+    typer.echo("\n".join(lines))

@@ -142,7 +142,9 @@ class ConfigAndRun(ConfigFile):
 
 
 # The config keys `train` and `sample` take as flags, after -c (and --run).
-TrainKeys = config_flags(TrainConfig, ("data", "out", "steps", "init_from", "init_checkpoint"), after=ConfigFile)
+TrainKeys = config_flags(
+    TrainConfig, ("data", "task", "task_length", "out", "steps", "init_from", "init_checkpoint"), after=ConfigFile
+)
 SampleKeys = config_flags(SampleConfig, after=ConfigAndRun)  # every [sample] key
 
 
@@ -316,14 +318,26 @@ class PatchOptions(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions(Options):
-    """Score every token of a text file with a trained run: nats per token, bits per byte, perplexity."""
+    """Score every token of a text file with a trained run: nats per token, bits per byte, perplexity.
+    On a task run (or with a .jsonl file of pairs): exact-match and per-position accuracy."""
 
     config: ConfigOption = None
     run: RunOption = None
-    data: Annotated[Path, typer.Option("--data", help="UTF-8 text file to score.")]
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="UTF-8 text file to score, or a .jsonl file of prompt/completion pairs."),
+    ] = None
+    task: Annotated[
+        str | None,
+        typer.Option("--task", help="The run's task: accuracy on its held-out examples (the default for a task run)."),
+    ] = None
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity."),
+        typer.Option(
+            "--json",
+            help="Print one JSON object: tokens, bytes, nats_per_token, bits_per_byte, perplexity (with a task: "
+            "examples, right, accuracy, per_position, wrong).",
+        ),
     ] = False
     per_token: Annotated[
         Path | None,

@@ -43,6 +43,8 @@ def main(o: TraceOptions) -> None:
         if o.png is not None:
             _save(result, o.png)
         text = render_text(result, digits=o.digits)
+        if not o.as_json and run.example_format:  # a task run: the example format the prompt should follow
+            text = f"trained on {run.example_format}\n" + text
         if result.attribution is not None:
             text += "\n\n" + "\n".join(render_attribution(result.attribution, digits=o.digits))
         typer.echo(result.to_json() if o.as_json else text)

@@ -59,6 +59,7 @@ def _sigterm_interrupts():
 def _train(o: TrainOptions) -> None:
     speaks = api.speaks()  # under torchrun only rank 0 talks to the user
     quiet = o.quiet or not speaks
+    started = []  # the session, once it has started
     try:
         result = api.train(
             **o.config_values()["train"],
@@ -67,7 +68,7 @@ def _train(o: TrainOptions) -> None:
             resume=o.resume,
             force=o.force,
             progress=not quiet,
-            on_start=lambda session: _announce(session, quiet),
+            on_start=lambda session: (_announce(session, quiet), started.append(session)),
             preparing=lambda message: transient(message, quiet),
         )
     except (RankLost, DivergedError) as exc:  # rank 0 says it; the others stop with it
@@ -92,8 +93,22 @@ def _train(o: TrainOptions) -> None:
     say(
         f"done: {result.steps_taken} steps in {_seconds(result.seconds)} ({result.tokens_per_s:,.0f} tokens/s); "
         f"val loss {val}; run folder {result.run}\n"
-        f"{_val_curve(result.run)}"
-        f'sample with: {command_line("minigpt", "sample", "--run", shown_path(result.run))} -p "ROMEO:"'
+        f"{_val_curve(result.run)}{_next_commands(result.run, started[0] if started else None)}"
+    )
+
+
+def _next_commands(run: Path, session) -> str:
+    """What to run next: a sample of Shakespeare's kind, or, for prompt/answer examples, the
+    accuracy and a greedy answer to the first held-out prompt."""
+    shown = shown_path(run)
+    if session is None or not hasattr(session.corpus, "held_out"):  # a text
+        return f'sample with: {command_line("minigpt", "sample", "--run", shown)} -p "ROMEO:"'
+    prompt = session.corpus.sample_start
+    return (
+        f"accuracy with: {command_line('minigpt', 'eval', '--run', shown)}\n"
+        f"answer with: {command_line('minigpt', 'sample', '--run', shown, '-p', prompt, '--greedy', '--stop', '.')}"
+        if session.corpus.task is not None
+        else f"accuracy with: {command_line('minigpt', 'eval', '--run', shown, '--data', str(session.corpus.path))}"
     )
 
 
@@ -107,8 +122,8 @@ def _announce(session, quiet: bool) -> None:
     estimate = _seconds(estimate_seconds(session, steps=tc.steps - session.step))
     corpus = session.corpus
     say(
-        f"minigpt train: {session.model.num_parameters():,} parameters, {len(corpus.train_ids):,} train / "
-        f"{len(corpus.val_ids):,} val tokens ({corpus.tokenizer.vocab_size} ids), "
+        f"minigpt train: {session.model.num_parameters():,} parameters, {corpus.summary} "
+        f"({corpus.tokenizer.vocab_size} ids), "
         f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
         f"about {estimate}; run folder {session.cfg.run_dir}"
     )

@@ -1011,7 +1011,8 @@ async function start() {
   $("about").title = m.run;
   $("about").textContent = `${m.run.split("/").pop()}: ${m.n_layer} block${m.n_layer > 1 ? "s" : ""}, ${m.n_head} heads, width ${m.n_embd}, ` +
     `${m.ffn_hidden ? `FFN ${m.ffn_hidden}` : "no FFN"}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ` +
-    `${m.positions === "none" ? "no position table, " : ""}${m.residual === false ? "no residual, " : ""}${m.vocab_size} tokens · `;
+    `${m.positions === "none" ? "no position table, " : ""}${m.residual === false ? "no residual, " : ""}${m.vocab_size} tokens · ` +
+    (m.trained_on ? `trained on ${m.trained_on} · ` : "");
   $("about").appendChild(timing);
   $("prompt").value = m.prompt;
   S.source = S.clean = { prompt: m.prompt };

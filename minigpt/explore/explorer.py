@@ -62,6 +62,8 @@ class Explorer:
             "sample": asdict(s),
             "bars": BARS,
             "prompt": self.first_prompt(),
+            # a task or pairs run: the example format a prompt should follow ("" for a text)
+            "trained_on": self.run.example_format,
             # Attribution and patching split a residual-stream sum: the page says why not, in the library's words.
             "attribution": {
                 "refused": _refusal(lambda: check_decomposable(self.run.model)),
@@ -75,9 +77,11 @@ class Explorer:
         }
 
     def first_prompt(self) -> str:
-        """What the page traces first: "ROMEO:" where the tokenizer can write it, else the first
-        tokens of the vocabulary (a teaching model's a, b, c)."""
+        """What the page traces first: a task's held-out prompt, "ROMEO:" where the tokenizer can
+        write it, else the first tokens of the vocabulary (a teaching model's a, b, c)."""
         tokenizer = self.run.tokenizer
+        if self.run.trained_on != "text":  # a task or pairs run: its first held-out prompt
+            return self.run.first_held_out_prompt
         if not tokenizer.unknown_characters("ROMEO:"):
             return "ROMEO:"
         return tokenizer.decode(list(range(min(3, self.run.model.vocab_size))))

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..config import LATER_MODEL_KEYS, Config, ModelConfig, model_section_differences
+from ..config import LATER_MODEL_KEYS, LATER_TRAIN_KEYS, Config, ModelConfig, TrainConfig, model_section_differences
 from ..errors import MinigptError, Phrase
 from ..text.sources import first_difference
 from ..text.tokenizer import TextTokenizer
@@ -59,11 +59,15 @@ def sections_differences(a: dict[str, dict[str, Any]], b: dict[str, dict[str, An
 def training_identity(cfg: Config) -> dict[str, dict[str, Any]]:
     """The config sections that determine a training run's numbers ([sample] never does). A
     [model] key added later is left out at its default, which is what every earlier run computed,
-    so a run trained before it existed hashes as it did and resumes."""
+    so a run trained before it existed hashes as it did and resumes (a later [train] key likewise)."""
     identity = config_sections(cfg, _NOT_IDENTITY)
-    for key in LATER_MODEL_KEYS:
-        if identity["model"].get(key) == getattr(ModelConfig(), key):
-            del identity["model"][key]
+    for section, keys, defaults in (
+        ("model", LATER_MODEL_KEYS, ModelConfig()),
+        ("train", LATER_TRAIN_KEYS, TrainConfig()),
+    ):
+        for key in keys:
+            if identity[section].get(key) == getattr(defaults, key):
+                del identity[section][key]
     return identity
 
 

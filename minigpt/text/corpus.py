@@ -25,25 +25,17 @@ from ..config import Config
 from ..errors import MinigptError
 from ..io import Progress, atomic_write, atomic_write_text, no_progress
 from ..model.gpt import check_token_ids
+from .examples import Examples
 from .folders import load_files, not_rank_0s
+from .pairs import is_pairs, pair_examples
 from .reading import check_writable, encode, read_text, split_text
-from .sources import TextFile, digest, list_files
+from .sources import Document, TextFile, digest, list_files
+from .tasks import task_examples
 from .token_cache import CACHE_FORMAT, bounds, cache_root, entry
 from .tokenizer import TextTokenizer, train_tokenizer
 
 # What the commands and tests import from here.
 __all__ = ["CACHE_FORMAT", "Batches", "Corpus", "Document", "cache_root", "load_corpus", "read_text", "split_text"]
-
-
-@dataclass(frozen=True)
-class Document:
-    """One file of a corpus: the name and sha256 a run records it by, and how many tokens of each
-    split it gave (its training head, its validation tail)."""
-
-    name: str
-    sha256: str
-    train_tokens: int
-    val_tokens: int
 
 
 @dataclass
@@ -70,6 +62,24 @@ class Corpus:
         """(name, sha256) of every file: what a checkpoint records and a resume compares."""
         return [(d.name, d.sha256) for d in self.documents]
 
+    sample_start = "\n"  # what a sample during training starts from when [train] sample_prompt is empty
+
+    def row_tokens(self, context: int) -> int:
+        """Tokens one row of a batch reads: a window of the table's length."""
+        return context
+
+    @property
+    def summary(self) -> str:
+        return f"{len(self.train_ids):,} train / {len(self.val_ids):,} val tokens"
+
+    def training_batches(self, context: int, batch_size: int, device: str, rank: int, world_size: int) -> Batches:
+        return Batches(self.train_ids, context, batch_size, device, rank, world_size)
+
+    def validation_windows(
+        self, context: int, batch_size: int, device: str, rank: int, world_size: int, n_batches: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return Batches(self.val_ids, context, batch_size, device, rank, world_size).fixed(n_batches)
+
 
 def load_corpus(
     cfg: Config,
@@ -77,8 +87,9 @@ def load_corpus(
     progress: Progress = no_progress,
     tokenizer: TextTokenizer | None = None,
     same_as: list[tuple[str, str]] | None = None,
-) -> Corpus:
+) -> Corpus | Examples:
     """Read, split, fit the tokenizer and encode, or reuse the cached result for this exact input.
+    A task run (`[train] task`) or a .jsonl file of pairs gives prompt/answer Examples instead.
     `progress(label, total)` gives a callable told how much was done, for a progress bar (the
     command draws it; nothing is drawn here): characters of a large text, or with `unit="file"`
     files of a corpus of several.
@@ -86,6 +97,10 @@ def load_corpus(
     `tokenizer`: encode with this one and never fit another (a fine-tune keeps its run's; the other
     ranks of a data-parallel run use rank 0's). `same_as`: the (name, sha256) of the files it must
     be (the files rank 0 trains on)."""
+    if cfg.train.task != "none":
+        return task_examples(cfg, tokenizer, same_as)
+    if is_pairs(cfg.train.data):
+        return pair_examples(cfg, tokenizer, same_as)
     listing = list_files(cfg.train.data)
     if listing.skipped:
         shown = ", ".join(f.name for f in listing.skipped[:5]) + (" ..." if len(listing.skipped) > 5 else "")

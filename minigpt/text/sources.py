@@ -34,6 +34,17 @@ class TextFile:
     path: Path
 
 
+@dataclass(frozen=True)
+class Document:
+    """One file of a corpus: the name and sha256 a run records it by, and how many tokens of each
+    split it gave (its training head, its validation tail)."""
+
+    name: str
+    sha256: str
+    train_tokens: int
+    val_tokens: int
+
+
 @dataclass
 class Listing:
     """The files `data` names, in order, and the empty files its folders hold (skipped: a folder

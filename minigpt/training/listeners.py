@@ -116,7 +116,10 @@ class Sampler(Listener):
         self.every = tc.sample_every
         # Drawn from the model's own distribution (temperature 1, no filter), whatever [sample] says.
         self.settings = SampleConfig(max_new_tokens=tc.sample_tokens, temperature=1.0)
-        self.prompt = session.corpus.tokenizer.encode(tc.sample_prompt or "\n")  # start() checked its length
+        # start() checked its length; a task's default prompt is its first held-out one
+        self.prompt = (
+            session.corpus.tokenizer.encode(tc.sample_prompt or session.corpus.sample_start) if self.every else []
+        )
 
     def on_step(self, event: StepDone) -> None:
         if not self.every or event.step % self.every:

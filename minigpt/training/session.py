@@ -36,6 +36,7 @@ from ..runs import checkpoints, folder, identity
 from ..runs.lock import RunLock
 from ..text import sources
 from ..text.corpus import Batches, Corpus, load_corpus
+from ..text.examples import ExampleBatches, Examples
 from ..text.tokenizer import TextTokenizer
 from . import distributed, threads
 from .distributed import RankLost, World
@@ -106,12 +107,12 @@ class Session:
     """Everything one run trains with, validated and built; `step` is where it starts."""
 
     cfg: Config
-    corpus: Corpus
+    corpus: Corpus | Examples  # a text's token ids, or prompt/answer examples (a task, a .jsonl file)
     device: str
     model: MiniGPT
     optimizer: torch.optim.Optimizer | Optimizers
     generator: torch.Generator  # draws the training batches
-    train_batches: Batches
+    train_batches: Batches | ExampleBatches
     val_windows: list
     step: int = 0
     precision: str = "float32"  # what the forward and backward matmuls run in ([train] precision, resolved)
@@ -131,7 +132,7 @@ class Session:
     @property
     def tokens_per_step(self) -> int:
         tc = self.cfg.train
-        return tc.batch_size * tc.grad_accum * self.cfg.model.context * self.world.size
+        return tc.batch_size * tc.grad_accum * self.corpus.row_tokens(self.cfg.model.context) * self.world.size
 
     @property
     def identity_cfg(self) -> Config:
@@ -199,9 +200,9 @@ def build(
         restore_rng_states(payload["rng"], generator)
         step = payload["step"]
     # Each rank trains and evaluates on its rows of the batches one process with the global batch reads.
-    train_batches = Batches(corpus.train_ids, cfg.model.context, tc.batch_size, device, world.rank, world.size)
-    val_windows = Batches(corpus.val_ids, cfg.model.context, tc.batch_size, device, world.rank, world.size).fixed(
-        tc.eval_batches
+    train_batches = corpus.training_batches(cfg.model.context, tc.batch_size, device, world.rank, world.size)
+    val_windows = corpus.validation_windows(
+        cfg.model.context, tc.batch_size, device, world.rank, world.size, tc.eval_batches
     )
     precision = pick_precision(tc.precision, device, cfg.model.dtype)
     return Session(
@@ -332,7 +333,7 @@ def _prepare(
 
     if tc.sample_every:  # samples during training: a prompt the table cannot hold is refused, never cropped
         check_context(
-            len(corpus.tokenizer.encode(tc.sample_prompt or "\n")),
+            len(corpus.tokenizer.encode(tc.sample_prompt or corpus.sample_start)),
             cfg.model.context,
             "[train] sample_prompt",
             "shorten it",

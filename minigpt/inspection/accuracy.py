@@ -1,0 +1,89 @@
+"""Exact-match accuracy on prompt/answer examples: a task run's held-out examples, or the pairs of a
+.jsonl file.
+
+An example counts as right when greedy decoding from its prompt writes exactly its completion. That
+is read from one forward pass over prompt + completion: greedy decoding reproduces the completion
+if and only if, at every answer position, the most likely token given the right answer so far is
+the next one (the first wrong token is where both part ways). Per-position accuracy is that
+teacher-forced figure: how often answer token j is the most likely given the prompt and the right
+tokens before it. The wrong examples shown are decoded greedily, as `sample --greedy` writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..model.gpt import MiniGPT
+from ..text.examples import Pair, example_tensors
+
+
+@dataclass
+class Accuracy:
+    examples: int
+    right: int  # examples whose whole completion greedy decoding writes
+    per_position: list[float]  # answer token j right given the right tokens before it, per j
+    wrong: list[dict[str, str]] = field(default_factory=list)  # a few: prompt, expected, got (greedy)
+    what: str = ""  # which examples: "task reverse (8 letters), 1,000 held-out examples"
+
+    @property
+    def accuracy(self) -> float:
+        return self.right / self.examples
+
+    def to_json(self) -> dict:
+        return {
+            "examples": self.examples,
+            "right": self.right,
+            "accuracy": self.accuracy,
+            "per_position": self.per_position,
+            "wrong": self.wrong,
+            "what": self.what,
+        }
+
+    def __repr__(self) -> str:
+        return f"Accuracy({self.right:,} of {self.examples:,} right = {100 * self.accuracy:.2f}%)"
+
+
+@torch.inference_mode()
+def accuracy(
+    model: MiniGPT, pairs: list[Pair], decode, writable: int | None = None, batch_size: int = 256, show: int = 5
+) -> Accuracy:
+    """Exact-match and per-position accuracy of `model` on `pairs`; `decode(ids)` writes ids as text
+    for the wrong examples shown; `writable`: the ids the tokenizer has (a padded model has more)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    longest = max(len(c) for _, c in pairs)
+    hits = torch.zeros(longest, dtype=torch.long)
+    counts = torch.zeros(longest, dtype=torch.long)
+    right, wrong = 0, []
+    try:
+        for at in range(0, len(pairs), batch_size):
+            group = pairs[at : at + batch_size]
+            x, y = example_tensors(group, str(device))
+            logits, _ = model(x)
+            best = logits[..., :writable].argmax(-1)
+            for row, (prompt, completion) in enumerate(group):
+                answer = slice(len(prompt) - 1, len(prompt) - 1 + len(completion))
+                correct = (best[row, answer] == y[row, answer]).cpu()
+                hits[: len(completion)] += correct.long()
+                counts[: len(completion)] += 1
+                if bool(correct.all()):
+                    right += 1
+                elif len(wrong) < show:
+                    got = greedy(model, prompt, len(completion), writable)
+                    wrong.append({"prompt": decode(prompt), "expected": decode(completion), "got": decode(got)})
+    finally:
+        model.train(was_training)
+    return Accuracy(len(pairs), right, (hits.double() / counts).tolist(), wrong)
+
+
+def greedy(model: MiniGPT, prompt: list[int], n: int, writable: int | None = None) -> list[int]:
+    """`n` tokens after `prompt`, each the most likely (the examples are within the table)."""
+    device = next(model.parameters()).device
+    ids = list(prompt)
+    for _ in range(n):
+        logits, _ = model(torch.tensor([ids], device=device))
+        ids.append(int(logits[0, -1, :writable].argmax()))
+    return ids[len(prompt) :]
