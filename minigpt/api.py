@@ -181,8 +181,9 @@ def train(
         raise DivergedError(
             "step {step}'s loss or gradient is not finite (loss {loss}, gradient norm {grad_norm}): it was "
             "not applied and training stopped; the last good checkpoint (step {last_step}) is intact in "
-            "{run_dir}. Lower train.learning_rate or set train.grad_clip (for example 1.0) and train again "
-            "with {force:on}; {resume:on} retries from step {last_step} with the same settings",
+            "{run_dir}. Lower train.learning_rate (and train.muon_learning_rate, which Muon's matrices take){clip} "
+            "and train again with {force:on}; {resume:on} retries from step {last_step} with the same settings",
+            clip=" or set train.grad_clip (for example 1.0)" if s.cfg.train.grad_clip == 0 else "",
             step=d.step,
             loss=d.loss,
             grad_norm=d.grad_norm,

@@ -30,6 +30,8 @@ where it matters, so both see the same machine at the same moment):
     random weights) and on the default config's shape, a 20-token prompt whose corrupt copy
     differs in one token (at position 10, and at position 0: every row then differs), with the
     arithmetic each sweep needs and the seconds it would take at the float32 matmul peak;
+  - the shipped task configs (`--only tasks`): `minigpt train -c configs/TASK.toml` for reverse, sort,
+    copy and add, start to exit, and `minigpt eval --json`'s held-out exact-match accuracy;
   - `--against DIR` (with `--only versions`): this checkout against another one (a worktree of the
     commit before a change, say), the figures a change must keep: the training step, `minigpt
     train`'s rate through the CLI, sampling through the API, and `minigpt sample -n 200` start to
@@ -973,6 +975,44 @@ def versions_benchmark(other: Path, env: dict, scratch: Path, rounds: int = 3) -
     return {"other": str(versions["other"]), "runs": figures}
 
 
+TASKS = ("reverse", "sort", "copy", "add")
+
+
+def tasks_benchmark(env: dict, scratch: Path) -> dict:
+    """Each shipped task config as a user runs it: `minigpt train -c configs/TASK.toml` (its wall
+    time, start to exit, and the seconds of training its metrics log records), then `minigpt eval
+    --json` on the held-out examples (exact-match accuracy). Target: at least 99% in at most 60 s."""
+    out = {}
+    for name in TASKS:
+        run = scratch / f"task-{name}"
+        trained = timed_process(train_command(str(ROOT / "configs" / f"{name}.toml"), run), env, ROOT)
+        steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        training_s = max(r.get("elapsed_s", 0.0) for r in steps)
+        evaluated = subprocess.run(
+            [sys.executable, "-m", "minigpt", "eval", "--run", str(run), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        report = json.loads(evaluated.stdout)
+        out[name] = {
+            "wall_s": trained["wall_s"],
+            "training_s": round(training_s, 2),
+            "accuracy": report["accuracy"],
+            "per_position": [round(p, 4) for p in report["per_position"]],
+            "examples": report["examples"],
+        }
+        print(f"  task {name}: {out[name]}", file=sys.stderr, flush=True)
+    return out
+
+
+def tasks_rows(tasks: dict, row) -> None:
+    for name, figures in tasks.items():
+        row(f"task {name}: held-out exact match (%)", round(100 * figures["accuracy"], 2), None, "%", ">= 99")
+        row(f"task {name}: `minigpt train` start to exit (s)", figures["wall_s"], None, "s", "<= 60")
+
+
 def patching_rows(patching: dict, row) -> None:
     for name, figures in patching.items():
         target = "< 10 s" if name.startswith("gpt2_small") else "< 1 s"
@@ -1022,7 +1062,7 @@ def main() -> None:
     parser.add_argument("--folder-mb", type=float, default=200, help="size of the generated folder, in all")
     parser.add_argument(
         "--only",
-        choices=["folder", "cli", "quality", "versions", "patching"],
+        choices=["folder", "cli", "quality", "versions", "patching", "tasks"],
         default=None,
         help="measure this part alone (and the machine), nothing else",
     )
@@ -1096,6 +1136,17 @@ def main() -> None:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         versions_rows(report["versions"], row)
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print_rows(report)
+        print(f"\n(JSON: {args.json_out})")
+        return
+    if args.only == "tasks":
+        try:
+            report["tasks"] = tasks_benchmark(env, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        tasks_rows(report["tasks"], row)
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print_rows(report)
@@ -1276,6 +1327,9 @@ def main() -> None:
         torch.set_num_threads(threads)
         report["patching"] = patching_benchmark(args.config, report["matmul_gflops"]["float32"])
         patching_rows(report["patching"], row)
+        if not args.quick:
+            report["tasks"] = tasks_benchmark(env, scratch)
+            tasks_rows(report["tasks"], row)
         again = {"float32": round(matmul_peak(torch.float32)), "bfloat16": round(matmul_peak(torch.bfloat16))}
         report["matmul_gflops"] = {k: max(v, again[k]) for k, v in report["matmul_gflops"].items()}
         peak32, peak = (

@@ -63,7 +63,8 @@ def test_a_diverging_run_stops_keeps_its_last_good_checkpoint_and_says_what_to_t
     line = one_line(cli(*args), 1)
     found = re.search(
         r"step (\d+)'s loss or gradient is not finite .* the last good checkpoint \(step (\d+)\) "
-        r"is intact in (.+?)\. Lower train.learning_rate or set train.grad_clip",
+        r"is intact in (.+?)\. Lower train.learning_rate \(and train.muon_learning_rate, which Muon's matrices "
+        r"take\) or set train.grad_clip",
         line,
     )
     assert found, line

@@ -297,7 +297,9 @@ function select(view) {
 function renderDiagram() {
   const NS = "http://www.w3.org/2000/svg";
   const tr = shown(), b = S.block, block = tr.blocks[b];
-  const order = stageOrder(block), adds = S.model.residual_adds;
+  // The model as built: without norms (norm = "none") a norm stage is its input unchanged, so no box.
+  const drawn = (s) => S.model.norm !== "none" || !["norm1", "norm2"].includes(s);
+  const order = stageOrder(block).filter(drawn), adds = S.model.residual_adds;
   const branch = new Set();
   for (const [add, source] of Object.entries(adds)) {
     const i = order.indexOf(source), j = order.indexOf(add);
