@@ -388,3 +388,39 @@ def test_muon_on_two_ranks_computes_what_one_process_computes(runs, cli, tmp_pat
     ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
     assert [step for step, _ in ddp] == [step for step, _ in single] == [10, 20]
     assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)
+
+
+@pytest.mark.parametrize(
+    "what, changes",
+    [
+        # every switch of "Remove it and watch" at once: no positions, no residual, no norms, no FFN
+        (
+            "switches",
+            [
+                "--set",
+                'model.positions="none"',
+                "--set",
+                "model.residual=false",
+                "--set",
+                'model.norm="none"',
+                "--set",
+                "model.ffn_hidden=0",
+            ],
+        ),  # fmt: skip
+        # a task: each rank draws the global batch of examples and keeps its rows, as windows are
+        ("task", ["--task", "reverse", "--task-length", "3", "--set", "model.context=8"]),
+    ],
+)
+def test_a_switched_model_and_a_task_train_on_two_ranks_as_in_one_process(runs, cli, tmp_path, what, changes):
+    config = runs / "tiny.toml"
+    if what == "task":  # a task reads no data: a config of its own, without tiny.txt
+        config = tmp_path / "task.toml"
+        config.write_text((runs / "tiny.toml").read_text().replace('data = "tiny.txt"\n', "").replace(
+            'kind = "char"\n', ""), encoding="utf-8")  # fmt: skip
+    two = torchrun(runs, "train", "-c", config, "--out", tmp_path / "two", *COMMON, *changes)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = cli("train", "-c", config, "--out", tmp_path / "one", *COMMON, *changes, "--set", "train.batch_size=8")
+    assert one.exit_code == 0, one.output
+    assert_close(weights(tmp_path / "two" / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=1e-5)
+    ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
+    assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)
