@@ -130,13 +130,14 @@ class Optimizers:
             optimizer.load_state_dict(saved)
 
 
-def chosen_optimizer(model: MiniGPT, cfg) -> tuple[str, str | None]:
+def chosen_optimizer(model: MiniGPT, cfg, row_tokens: int | None = None) -> tuple[str, str | None]:
     """`[train] optimizer` with `auto` settled: (adamw or muon, a note saying why, for auto). The
-    choice depends on the config alone (the global batch), so every rank and every resume makes it
-    the same."""
+    choice depends on the config and the data alone (the global batch; `row_tokens`, the tokens a
+    row of it reads: a window of `context`, or an example's), so every rank and every resume makes
+    it the same."""
     if cfg.optimizer != "auto":
         return cfg.optimizer, None
-    tokens = cfg.batch_size * cfg.grad_accum * model.context
+    tokens = cfg.batch_size * cfg.grad_accum * (row_tokens or model.context)
     share = muon_share(model, tokens)
     name = "muon" if share < MUON_MAX_SHARE else "adamw"
     return name, (
@@ -145,13 +146,13 @@ def chosen_optimizer(model: MiniGPT, cfg) -> tuple[str, str | None]:
     )
 
 
-def make_optimizer(model: MiniGPT, cfg) -> torch.optim.Optimizer | Optimizers:
+def make_optimizer(model: MiniGPT, cfg, row_tokens: int | None = None) -> torch.optim.Optimizer | Optimizers:
     """`adamw`: AdamW for everything. `muon`: Muon (momentum, then each update orthogonalised by
     Newton-Schulz iterations) for the weight matrices inside the blocks, whose updates it keeps
     well spread across directions; AdamW for the two tables, the head, gains and biases. `auto`:
     one of the two, as `chosen_optimizer` says."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if chosen_optimizer(model, cfg)[0] == "adamw":
+    if chosen_optimizer(model, cfg, row_tokens)[0] == "adamw":
         return _adamw(params, cfg)
     in_blocks = {id(p) for name, p in model.blocks.named_parameters() if p.dim() == 2}
     matrices = [p for p in params if id(p) in in_blocks]

@@ -191,7 +191,7 @@ def build(
     model = MiniGPT(cfg.model, model_rows(corpus, payload, weights)).to(device)
     if weights is not None:
         model.load_state_dict(weights)
-    optimizer = make_optimizer(model, tc)
+    optimizer = make_optimizer(model, tc, corpus.row_tokens(cfg.model.context))
     generator = torch.Generator().manual_seed(tc.seed)
     step = 0
     if payload is not None:
@@ -346,7 +346,7 @@ def _prepare(
             f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
             f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge"
         )
-    said = chosen_optimizer(session.model, tc)[1]
+    said = chosen_optimizer(session.model, tc, corpus.row_tokens(cfg.model.context))[1]
     if said:
         notes.append(f"note: {said}")
     if tc.warmup_steps >= tc.steps:
