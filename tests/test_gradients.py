@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Numbered, random_run
+from conftest import Numbered, random_run, train_tiny_run
 from typer.testing import CliRunner
 
 from minigpt.api import MinigptError
 from minigpt.cli import app
-from minigpt.config import ModelConfig
+from minigpt.config import ModelConfig, load_config
 from minigpt.explore.explorer import Explorer
 from minigpt.inspection.interventions import parse, replacements
 from minigpt.model import stages
@@ -295,3 +295,41 @@ def test_the_explore_page_is_answered_run_traces_gradient(tmp_path):
     assert "gradient" not in explorer.trace({"prompt": "t3 t1 t4"})
     with pytest.raises(MinigptError, match=r"^grad 'yes' must be true or false"):
         explorer.trace({"prompt": "t3", "grad": "yes"})
+
+
+# ---------------------------------------------------------------- training: each block's gradient norm
+
+
+def test_the_log_has_each_blocks_gradient_norm_of_the_step_before_clipping(tmp_path, monkeypatch):
+    from minigpt.text.corpus import load_corpus
+    from minigpt.training import trainer
+    from minigpt.training.session import build
+
+    measured = []
+    real = trainer.block_grad_norms
+    monkeypatch.setattr(trainer, "block_grad_norms", lambda model: measured.append(1) or real(model))
+    settings = ["model.n_layer=3", "train.log_interval=3", "train.steps=7", "train.grad_accum=2"]
+    settings += ["train.grad_clip=0.001", 'train.precision="float32"']
+    run = train_tiny_run(tmp_path, *[item for setting in settings for item in ("--set", setting)])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in records if "loss" in r and not r.get("eval")]
+    assert [r["step"] for r in logged] == [3, 6, 7] and len(measured) == 3  # measured on logged steps only
+    assert all(len(r["block_grad_norms"]) == 3 for r in logged)
+
+    # Step 1 again, by hand: the same seeded model and batches, two micro-batches, each block's
+    # norm a plain sum of squares; logged every step this time.
+    settings[1:3] = ["train.log_interval=1", "train.steps=2"]
+    (tmp_path / "again").mkdir()
+    again = train_tiny_run(tmp_path / "again", *[item for setting in settings for item in ("--set", setting)])
+    first = json.loads((again / "metrics.jsonl").read_text().splitlines()[0])
+    cfg = load_config(tmp_path / "again" / "tiny.toml", settings)
+    session = build(cfg, load_corpus(cfg))
+    for _ in range(2):
+        x, y = session.train_batches.sample(session.generator)
+        (session.model(x, y)[1] / 2).backward()
+    by_hand = [
+        math.sqrt(math.fsum(float(v) ** 2 for p in block.parameters() for v in p.grad.flatten().tolist()))
+        for block in session.model.blocks
+    ]
+    assert first["step"] == 1 and first["block_grad_norms"] == pytest.approx(by_hand, rel=1e-5)
+    assert min(by_hand) > 0.01  # far above the clip: the norms are the unclipped gradient's
