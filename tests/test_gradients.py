@@ -286,6 +286,16 @@ def test_trace_grad_compare_shows_both_passes_norms():
     ]
 
 
+def test_the_readme_shows_trace_grads_real_output(monkeypatch):
+    command = "minigpt trace -c configs/lesson09.toml --ids 0,1,2 --position 1 --grad"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = readme.split(f"$ {command}\n", 1)[1].split("```", 1)[0].rstrip("\n").split("\n...\n")
+    monkeypatch.chdir(REPO)
+    printed = CliRunner().invoke(app, command.split()[1:]).stdout
+    for part in shown:
+        assert part in printed, part
+
+
 def test_the_explore_page_is_answered_run_traces_gradient(tmp_path):
     explorer = Explorer(model_run())
     answer = explorer.trace({"prompt": "t3 t1 t4", "position": 1, "grad": True})
