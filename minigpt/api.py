@@ -5,6 +5,7 @@
     run = minigpt.load("runs/default")                 # or checkpoint="best"
     run.sample("ROMEO:", max_new_tokens=100, seed=1)    # the text; num_samples=3 gives a list
     run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
+    run.trace("ROMEO:", grad=True).gradient             # d loss / d row of every stage, as `trace --grad`
     run.trace("ROMEO:", scale={"0.attention": 0.0})     # a Comparison, as `trace --compare`
     run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
     run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
@@ -355,6 +356,8 @@ class Run:
         attribute: str | int | None = None,
         versus: str | int | None = None,
         patch: Mapping[str, Any] | None = None,
+        grad: bool = False,
+        target: str | int | None = None,
     ) -> Trace | Comparison:
         """One position (default: the last) followed through every block of one forward pass.
         Interventions change stages of that same pass: `scale` {"0.attention": 0.0} (or
@@ -369,7 +372,10 @@ class Run:
         position's logit for it (minus `versus`'s) split into the parts that wrote it, as
         `attribute` returns it (`trace.attribution`; in a Comparison, before and after); refused
         at a position where a patch of a residual-stream row or of the attention update breaks
-        the sum it splits."""
+        the sum it splits. `grad` adds the gradient of the loss of the traced position's next token
+        (the prompt's, at the last position the model's top prediction; or `target`, a token as
+        `attribute` takes it) with respect to every stage's row, through the same pass
+        (`trace.gradient`; in a Comparison, each pass's, of the same target)."""
         changes = _changes(scale, replace_residual, ablate_head, set_input)
         if compare and not changes and patch is None:
             raise MinigptError(
@@ -379,7 +385,12 @@ class Run:
         if versus is not None and attribute is None:
             raise MinigptError("{versus} is the token an attribution compares with; give {attribute} TOKEN too")
         tokens = self._tokens(attribute, versus, "attribute", changes)
-        return self._trace(prompt, ids, position, block, top, changes, at_position, compare, tokens, patch)
+        if target is not None and not grad:
+            raise MinigptError("{target} is the token whose loss a gradient differentiates; give {grad:on} too")
+        target_id = self._token(target, parameter("target"))
+        return self._trace(
+            prompt, ids, position, block, top, changes, at_position, compare, tokens, patch, grad=grad, target=target_id
+        )
 
     def attribute(
         self,
@@ -431,7 +442,19 @@ class Run:
         return attribution.resolve_token(self.tokenizer, text, what, self.model.vocab_size)
 
     def _trace(
-        self, prompt, ids, position, block, top, changes, at_position, compare, tokens, patch=None
+        self,
+        prompt,
+        ids,
+        position,
+        block,
+        top,
+        changes,
+        at_position,
+        compare,
+        tokens,
+        patch=None,
+        grad=False,
+        target=None,
     ) -> Trace | Comparison:
         token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
@@ -447,6 +470,8 @@ class Run:
                 block=block,
                 top=top,
                 only_at_position=at_position,
+                grad=grad,
+                target=target,
             )
             passes = [(result.before, []), (result.after, changes)]
         else:
@@ -459,6 +484,8 @@ class Run:
                 top=top,
                 interventions=changes,
                 only_at_position=at_position,
+                grad=grad,
+                target=target,
             )
             passes = [(result, changes)]
         if tokens is not None:

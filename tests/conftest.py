@@ -235,6 +235,17 @@ def child_processes(pid: int) -> list[int]:
     return found
 
 
+class Numbered:
+    """A tokenizer for a model built in a test: token i is the text `t{i}`; a prompt is such tokens
+    separated by spaces."""
+
+    def token_text(self, i: int) -> str:
+        return f"t{i}"
+
+    def encode(self, text: str) -> list[int]:
+        return [int(piece[1:]) for piece in text.split()]
+
+
 def random_run(cfg, vocab: int, tokenizer, *, seed: int = 0, std: float = 0.5):
     """A Run of a seeded random model (every weight but the norms' drawn with `std`, so every part
     is far from zero) with the default config and `tokenizer`: for tests that need no run folder."""

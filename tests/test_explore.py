@@ -682,6 +682,33 @@ def test_an_intervention_highlights_exactly_the_stages_whose_rows_changed(browse
     no_sideways_overflow(page)
 
 
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_every_gradient_cell_is_trace_grads_norm(browser, tiny_run, tiny, size):
+    from selenium.webdriver.common.by import By
+
+    page = browser
+    wait = open_page(page, tiny, size)
+    trace_prompt(page, wait, "ROMEO:")
+    assert page.find_elements(By.CSS_SELECTOR, "#gradient td") == []  # off until asked for
+    page.find_element(By.ID, "grad-on").click()
+    wait.until(lambda p: (shown_request(p) or {}).get("grad") is True)
+    expected = cli_trace(tiny_run, "-p", "ROMEO:", "--grad")["gradient"]
+    cells = page.execute_script(
+        "return [...document.querySelectorAll('#gradient td')]"
+        ".map((td) => [+td.dataset.block, td.dataset.stage, td.dataset.norm])"
+    )
+    wanted = [
+        [block["index"], name, block["input"]["norm"] if name == "input" else block["stages"][name]["norm"]]
+        for name in ["input", *expected["blocks"][0]["stages"]]
+        for block in expected["blocks"]
+    ]
+    assert [[b, name, float(norm)] for b, name, norm in cells] == wanted
+    assert float(page.find_element(By.ID, "grad-loss").get_attribute("data-value")) == expected["loss"]
+    page.find_element(By.CSS_SELECTOR, '#gradient td[data-block="1"][data-stage="norm1"]').click()
+    wait.until(lambda p: "block 1 \u00b7 norm1 at position" in p.find_element(By.ID, "row-title").text)
+    no_sideways_overflow(page)
+
+
 @pytest.mark.skipif(not SCREENSHOTS, reason="MINIGPT_SCREENSHOTS=docs writes the README's screenshots")
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_screenshots_of_the_default_run(browser, size):

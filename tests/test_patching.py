@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_run
+from conftest import Numbered, random_run
 from typer.testing import CliRunner
 
 from minigpt.api import MinigptError, Run, load
@@ -22,16 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 LESSON = ["-c", str(REPO / "configs" / "lesson09.toml")]
 CLEAN, CORRUPT = [3, 1, 4, 1, 5, 9, 2], [3, 1, 7, 1, 5, 9, 2]  # differ at position 2 only
 ANSWER, VERSUS = 6, 8
-
-
-class Numbered:
-    """Token i is the text `t{i}`; a prompt is such tokens separated by spaces."""
-
-    def token_text(self, i: int) -> str:
-        return f"t{i}"
-
-    def encode(self, text: str) -> list[int]:
-        return [int(piece[1:]) for piece in text.split()]
 
 
 def text(ids: list[int]) -> str:

@@ -34,6 +34,10 @@ def test_every_logged_step_and_evaluation_is_in_tensorboard(cli, tiny_config, tm
     assert all(value == pytest.approx(loss, rel=1e-6) for (_, value), (_, loss) in zip(scalars["train/loss"], logged))
     assert [(s, pytest.approx(v, rel=1e-6)) for s, v in scalars["val/loss"]] == evals
     assert {"train/lr", "train/tokens_per_s", "val/bits_per_byte"} <= set(scalars)
+    # each block's gradient norm (the tiny config has one block), as metrics.jsonl logs it
+    norms = [(r["step"], r["block_grad_norms"][0]) for r in records if "loss" in r and not r.get("eval")]
+    assert [(s, pytest.approx(v, rel=1e-6)) for s, v in scalars["grad_norm/block_0"]] == norms
+    assert not any(tag.startswith("grad_norm/block_1") for tag in scalars)
 
 
 class CrashAt(Listener):

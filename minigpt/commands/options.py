@@ -264,6 +264,18 @@ class TraceOptions(Options):
         str | None,
         typer.Option("--versus", help="With --attribute: split the logit difference TOKEN minus this token."),
     ] = None
+    grad: Annotated[
+        bool,
+        typer.Option(
+            "--grad",
+            help="Also the gradient of the next token's loss with respect to every stage's row, its norm "
+            "beside each stage (at the last position: of the model's top prediction).",
+        ),
+    ] = False
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="With --grad: the loss of this token instead (its text, one token, or #ID)."),
+    ] = None
     checkpoint: CheckpointOption = "last"
     png: Annotated[
         Path | None,

@@ -29,6 +29,8 @@ def main(o: TraceOptions) -> None:
             compare=o.compare,
             attribute=o.attribute,
             versus=o.versus,
+            grad=o.grad,
+            target=o.target,
         )
         if isinstance(result, Comparison):
             if o.png is not None and result.after.attribution is not None:

@@ -24,6 +24,7 @@ const S = {
   patching: null, // the /api/patch answers: {stage, head}
   patched: null, // {block, stage, position, head, ids, clean}: the patch a patching cell applies to the corrupt prompt's traces
   patchPosition: "all", // the position whose head effects the head map shows ("all": every one at once)
+  grad: false, // whether the trace asks for the gradient of the next token's loss (trace --grad)
 };
 
 // ---------------------------------------------------------------- requests
@@ -64,6 +65,7 @@ function traceRequest() {
     body.attribute = `#${S.attribute.id}`;
     if (S.versus) body.versus = `#${S.versus.id}`;
   }
+  if (S.grad) body.grad = true;
   return body;
 }
 
@@ -205,6 +207,7 @@ function render() {
     renderKl();
     renderAttribution();
     renderPatching();
+    renderGradient();
   });
   return performance.now() - start;
 }
@@ -289,7 +292,7 @@ function renderStrip() {
 
 function select(view) {
   S.view = view;
-  keepingFocus(() => { renderStrip(); renderDiagram(); renderRow(); renderAttention(); renderStream(); renderLens(); renderControls(); });
+  keepingFocus(() => { renderStrip(); renderDiagram(); renderRow(); renderAttention(); renderStream(); renderLens(); renderControls(); renderGradient(); });
 }
 
 // Figure 17.1 laid on its side: the residual stream along the top, each sublayer's branch below
@@ -557,6 +560,55 @@ function renderStream() {
   key.textContent = compared() ? "solid: after the intervention · dashed: before · orange points: changed" :
     "each block's input, residual adds and output, at the traced position";
   $("stream").replaceChildren(svg, key);
+}
+
+// The gradient's norm at every stage (rows) of every block (columns), coloured on a log scale; a
+// click shows that stage's row. With an intervention, the modified pass's (the before in the tip).
+const GRAD_TARGET = {
+  prompt: "the prompt's next token",
+  given: "the token asked for",
+  prediction: "the model's top prediction (the prompt has no next token here)",
+};
+function renderGradient() {
+  const box = $("gradient"), g = shown().gradient, old = before() && before().gradient;
+  if (!S.grad || !g) { box.replaceChildren(); return; }
+  const order = stageOrder(shown().blocks[0]);
+  const norm = (grad, b, name) => (name === "input" ? grad.blocks[b].input : grad.blocks[b].stages[name]).norm;
+  const values = g.blocks.flatMap((_, b) => order.map((name) => norm(g, b, name))).filter((v) => v > 0);
+  const low = Math.log(Math.min(...values)), high = Math.log(Math.max(...values));
+  const facts = document.createElement("div");
+  facts.className = "facts";
+  facts.innerHTML = `loss −log p(${esc(show(g.target))}) = <b id="grad-loss" data-value="${g.loss}">${Draw.short(g.loss)}</b> nats at position ${shown().position}: ` +
+    `${esc(show(g.target))} is ${GRAD_TARGET[g.target_from]}` + (old ? ` (before: ${Draw.short(old.loss)})` : "") +
+    ` · ‖grad‖ of final_norm ${Draw.short(g.final_norm.norm)}`;
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  head.appendChild(document.createElement("th"));
+  g.blocks.forEach((block) => {
+    const th = document.createElement("th");
+    th.textContent = `block ${block.index}`;
+    if (block.index === S.block) th.className = "selected";
+    head.appendChild(th);
+  });
+  for (const name of order) {
+    const row = table.insertRow();
+    const th = document.createElement("th");
+    th.textContent = name;
+    row.appendChild(th);
+    g.blocks.forEach((block, b) => {
+      const v = norm(g, b, name), td = row.insertCell();
+      const t = v > 0 && high > low ? (Math.log(v) - low) / (high - low) : v > 0 ? 1 : 0;
+      td.style.background = Draw.css(Draw.sequential(t));
+      td.style.color = t > 0.55 ? "#fff" : "#1d232b";
+      td.textContent = Draw.short(v);
+      td.dataset.block = block.index;
+      td.dataset.stage = name;
+      td.dataset.norm = v;
+      td.title = `block ${block.index} ${name}: ‖d loss / d row‖ = ${v}` + (old ? ` (before ${norm(old, b, name)})` : "");
+      td.addEventListener("click", () => { S.block = block.index; select({ kind: "block", stage: name }); });
+    });
+  }
+  box.replaceChildren(facts, table);
 }
 
 function renderLens() {
@@ -1020,6 +1072,7 @@ async function start() {
   S.source = S.clean = { prompt: m.prompt };
   bindSampling();
   bindPatching();
+  $("grad-on").addEventListener("change", (e) => { S.grad = e.target.checked; trace(); });
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
     S.source = S.clean = { prompt: $("prompt").value };

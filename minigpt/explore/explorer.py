@@ -3,7 +3,8 @@
     trace(request)        Run.trace's own JSON (what `minigpt trace --json [--compare]` prints); with
                           "views": true also every block's whole attention matrices and each row's norm;
                           with "patch" the traced prompt with one activation of the clean prompt's pass
-                          put back (Run.trace's `patch`: a patching cell, traced)
+                          put back (Run.trace's `patch`: a patching cell, traced); with "grad": true the
+                          gradient of the traced position's next-token loss (or "target"'s) at every stage
     next_tokens(request)  the next-token distribution at the traced position, reshaped by sampling's own
                           `next_token_distribution` (temperature, top-k, top-p) from the traced logits
     step(request)         the token `minigpt sample -n 1` would append (greedy, or seeded), by `generate`
@@ -254,9 +255,11 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
     set_input = request.get("set_input") or None
     if set_input is not None and not isinstance(set_input, str):
         raise MinigptError('{set_input} {given!r} must be a string such as "2,2,2,2"', given=set_input)
-    at_position = request.get("at_position", False)
+    at_position, grad = request.get("at_position", False), request.get("grad", False)
     if not isinstance(at_position, bool):
         raise MinigptError("{at_position} {given!r} must be true or false", given=at_position)
+    if not isinstance(grad, bool):
+        raise MinigptError("{grad} {given!r} must be true or false", given=grad)
     patch = request.get("patch")  # its fields are Run.trace's to check
     if patch is not None and not isinstance(patch, dict):
         raise MinigptError(
@@ -274,6 +277,8 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
         "attribute": _token_field(request, "attribute"),
         "versus": _token_field(request, "versus"),
         "patch": patch,
+        "grad": grad,
+        "target": _token_field(request, "target"),
     }
 
 

@@ -31,18 +31,18 @@ def _pyplot():
 
 def curves_figure(runs: dict[str, dict[str, list[dict[str, Any]]]], x: str = "step"):
     """Three panels: training loss, validation loss (nats/token), validation bits/byte; one line per
-    run, labelled with its name. `x`: "step", or "time" (seconds of training)."""
+    run, labelled with its name. `x`: "step", or "time" (seconds of training). Below them, for each
+    run whose log has them (`block_grad_norms`; older runs have none), a panel of every block's
+    gradient norm on a log scale, one line per block."""
     plt = _pyplot()
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.8), constrained_layout=True)
+    graded = [name for name, data in runs.items() if _grad_records(data)]
+    figure = plt.figure(figsize=(13, 7.6 if graded else 3.8), layout="constrained")
+    columns = 3 * max(1, len(graded))  # three curves above, each run's gradient panel below
+    grid = figure.add_gridspec(2 if graded else 1, columns)
+    axes = [figure.add_subplot(grid[0, k * columns // 3 : (k + 1) * columns // 3]) for k in range(3)]
     label = "step" if x == "step" else "seconds of training"
     for name, data in runs.items():
-        evals_at = {r["step"]: r.get("elapsed_s") for r in data["train"]}
-
-        def xs(records, evals_at=evals_at):
-            return [
-                r["step"] if x == "step" else evals_at.get(r["step"], r.get("elapsed_s", math.nan)) for r in records
-            ]
-
+        xs = _xs(data, x)
         axes[0].plot(xs(data["train"]), [r["loss"] for r in data["train"]], label=name, linewidth=1)
         axes[1].plot(xs(data["eval"]), [r["val_loss"] for r in data["eval"]], marker="o", label=name)
         axes[2].plot(xs(data["eval"]), [r["val_bpb"] for r in data["eval"]], marker="o", label=name)
@@ -51,16 +51,48 @@ def curves_figure(runs: dict[str, dict[str, list[dict[str, Any]]]], x: str = "st
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    for k, name in enumerate(graded):
+        ax = figure.add_subplot(grid[1, 3 * k : 3 * (k + 1)])
+        records = _grad_records(runs[name])
+        n_blocks = len(records[0]["block_grad_norms"])
+        for block in range(n_blocks):  # one colour scale from the bottom block (dark) to the top
+            norms = [r["block_grad_norms"][block] for r in records]
+            colour = plt.cm.viridis(block / max(1, n_blocks - 1) * 0.9)
+            ax.plot(_xs(runs[name], x)(records), norms, label=f"block {block}", linewidth=1, color=colour)
+        ax.set_yscale("log")
+        ax.set_title(f"{name}: gradient norm of each block")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
     return figure
+
+
+def _xs(data: dict[str, list[dict[str, Any]]], x: str):
+    """The x of each record: its step, or (x = "time") the seconds of training at that step."""
+    at = {r["step"]: r.get("elapsed_s") for r in data["train"]}
+    return lambda records: [
+        r["step"] if x == "step" else at.get(r["step"], r.get("elapsed_s", math.nan)) for r in records
+    ]
+
+
+def _grad_records(data: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The training records that carry each block's gradient norm (none in a run logged before them)."""
+    return [r for r in data["train"] if r.get("block_grad_norms")]
 
 
 def text_curves(runs: dict[str, dict[str, list[dict[str, Any]]]], width: int = 60, height: int = 12) -> str:
     """The validation bits/byte of each run against steps, as characters (a terminal without
-    matplotlib or without a file to write): one mark per run, a legend below."""
+    matplotlib or without a file to write): one mark per run, a legend below; then, for each run
+    whose log has them, every block's gradient norm at a few logged steps (the first, the last and
+    some between) and block 0's over the last block's."""
+    return "\n".join(_text_bpb(runs, width, height) + [line for name in runs for line in _text_grads(name, runs[name])])
+
+
+def _text_bpb(runs: dict[str, dict[str, list[dict[str, Any]]]], width: int, height: int) -> list[str]:
     marks = "*o+x#@%&"
     points = [(name, r["step"], r["val_bpb"]) for name, data in runs.items() for r in data["eval"]]
     if not points:
-        return "no evaluations to plot yet"
+        return ["no evaluations to plot yet"]
     steps, values = [p[1] for p in points], [p[2] for p in points]
     low, high, last = min(values), max(values), max(steps)
     grid = [[" "] * width for _ in range(height)]
@@ -76,7 +108,33 @@ def text_curves(runs: dict[str, dict[str, list[dict[str, Any]]]], width: int = 6
         lines.append(f"{value:7.3f} |{''.join(row)}")
     lines.append(" " * 8 + "+" + "-" * width)
     lines += [f"  {marks[k % len(marks)]} {name}" for k, name in enumerate(runs)]
-    return "\n".join(lines)
+    return lines
+
+
+GRAD_STEPS = 5  # logged steps the text table shows, the first and the last among them
+
+
+def _text_grads(name: str, data: dict[str, list[dict[str, Any]]]) -> list[str]:
+    records = _grad_records(data)
+    if not records:
+        return []
+    picked = sorted({round(k * (len(records) - 1) / (GRAD_STEPS - 1)) for k in range(GRAD_STEPS)})
+    shown = [records[k] for k in picked]
+    last = len(shown[0]["block_grad_norms"]) - 1
+    heads = [f"step {r['step']}" for r in shown]
+    col_w = max(9, *(len(h) for h in heads))
+    label_w = len(f"block {last}") if last else len("block 0")
+    rows = [(f"block {i}", [r["block_grad_norms"][i] for r in shown]) for i in range(last + 1)]
+    if last:  # how much of the top block's gradient the bottom one gets
+        ratios = [
+            r["block_grad_norms"][0] / r["block_grad_norms"][last] if r["block_grad_norms"][last] else math.nan
+            for r in shown
+        ]
+        rows.append((f"0 / {last}", ratios))
+    out = ["", f"gradient norm of each block (L2 over its parameters' gradients), {name}:"]
+    out.append(f"  {'':<{label_w}}" + "".join(f"  {h:>{col_w}}" for h in heads))
+    out += [f"  {label:<{label_w}}" + "".join(f"  {v:>{col_w}.4g}" for v in values) for label, values in rows]
+    return out
 
 
 def attention_figure(trace: Trace):

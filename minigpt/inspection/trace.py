@@ -4,7 +4,9 @@ Every row comes from a `Recorder` passed to the model's own forward pass (model.
 second computation here. The only arithmetic on top is
   - the logit lens: a block's recorded output row through the model's own `final_norm` and `head`
     modules, then softmax ("what would the head predict if the model stopped after this block"),
-  - probabilities: softmax of the recorded logits row.
+  - probabilities: softmax of the recorded logits row,
+  - with `grad`, the gradient of the traced position's next-token loss with respect to every
+    stage's row, by autograd through the graph of that same recorded pass (gradients.py).
 
 `trace_position` returns a typed `Trace`; `Trace.to_json()` is the `--json` object, and
 trace_text.py lays the same data out as tables for a terminal.
@@ -26,6 +28,8 @@ from ..model import stages
 from ..model.gpt import MiniGPT, check_context, check_token_ids
 from ..model.recorder import Recorder, Replacement
 from ..text.tokenizer import TextTokenizer
+from . import gradients
+from .gradients import Gradient, Target
 from .interventions import Intervention, PutBack, put_back_name, read_patch, replacements
 
 # ---------------------------------------------------------------- input checks (one-line refusals)
@@ -65,14 +69,15 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
-def check_ids(model: MiniGPT, ids: list[int]) -> None:
+def check_ids(model: MiniGPT, ids: list[int], grad: bool = False) -> None:
     if not ids:
         raise MinigptError("the prompt has no tokens; trace needs at least one: {give}", give=GIVE_TOKENS)
     check_context(len(ids), model.context, "the prompt", "shorten the prompt", positions=model.cfg.positions)
     check_token_ids(ids, model.vocab_size)
     # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
+    # With its gradient, the graph's saved values and the gradients' rows too: about twice that.
     check_memory(
-        forward_bytes(model.cfg, model.vocab_size, len(ids), recorded=True),
+        forward_bytes(model.cfg, model.vocab_size, len(ids), recorded=True) * (2 if grad else 1),
         model.token_table.weight.device.type,
         f"tracing {len(ids)} tokens through this model (every block's stages kept)",
         "trace a shorter prompt",
@@ -171,6 +176,7 @@ class Trace:
     # Every stage the pass recorded, whole ([1, T, ...]), by full name: what `stage` reads; not in JSON.
     recorded: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     attribution: Any = None  # an attribution.Attribution of this pass's logit, when one was asked for
+    gradient: Gradient | None = None  # with `grad`: d loss / d row of every stage; in the JSON only then
 
     def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
         """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
@@ -203,6 +209,8 @@ class Trace:
         )
         out = _plain(bare)
         del out["probabilities"], out["recorded"], out["attribution"]
+        if self.gradient is None:
+            del out["gradient"]
         if self.attribution is not None:
             out["attribution"] = self.attribution.as_dict()
         for block in out["blocks"]:
@@ -288,16 +296,26 @@ def trace_position(
     top: int = 5,
     interventions: Sequence[Intervention] = (),
     only_at_position: bool = False,
+    grad: bool = False,
+    target: int | Target | None = None,
 ) -> Trace:
     """Run the model once on `ids` with a recorder and collect what happened at one position;
-    `interventions` change stages of that same pass (at every position, or at the traced one only)."""
-    check_ids(model, ids)
+    `interventions` change stages of that same pass (at every position, or at the traced one only).
+    `grad`: also the gradient of the loss of `target` (an id; default: the prompt's next token, at
+    the last position the model's top prediction) at that position with respect to every stage's
+    row, through the graph of this same pass (gradients.py)."""
+    check_ids(model, ids, grad)
     if top < 1:
         raise MinigptError("{top} {given} is too small; show at least 1 next-token candidate", given=top)
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = _recorded(model, ids, replacements(list(interventions), model, p, only_at_position))
+    recorder = _recorded(model, ids, replacements(list(interventions), model, p, only_at_position), grad)
+    gradient = None
+    if grad:
+        chosen = gradients.choose_target(target, ids, p, recorder[stages.LOGITS][0, p])
+        gradient = gradients.differentiate(recorder, tokenizer, p, shown, chosen)
+        recorder.detach()  # differentiated: the values alone from here on
     with torch.inference_mode():
         # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB), by the
         # model's own modules (norms and a linear map: the same in training mode).
@@ -326,16 +344,18 @@ def trace_position(
         interventions=[str(item) for item in interventions],
         probabilities=torch.softmax(recorder[stages.LOGITS][0, p].double(), dim=-1).tolist(),
         recorded=dict(recorder.stages),
+        gradient=gradient,
     )
 
 
-def _recorded(model: MiniGPT, ids: list[int], changes: dict[str, Replacement]) -> Recorder:
-    """One pass of `ids` in eval mode with `changes` made, every stage recorded and the heads kept."""
-    recorder = Recorder(model.cfg, kept_heads(changes, model))
+def _recorded(model: MiniGPT, ids: list[int], changes: dict[str, Replacement], keep_graph: bool = False) -> Recorder:
+    """One pass of `ids` in eval mode with `changes` made, every stage recorded and the heads kept;
+    `keep_graph`: each stage a node of the pass's autograd graph, for its gradient (Recorder)."""
+    recorder = Recorder(model.cfg, kept_heads(changes, model), keep_graph)
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(not keep_graph), torch.set_grad_enabled(keep_graph):
             model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
     finally:
         model.train(was_training)
@@ -374,12 +394,18 @@ def compare(
     block: int | None = None,
     top: int = 5,
     only_at_position: bool = False,
+    grad: bool = False,
+    target: int | None = None,
 ) -> Comparison:
     """The same prompt traced without and with `interventions`: each stage's row at the traced
     position before and after, their norms and the norm of the change, and how far the next-token
-    distribution moved (KL divergence, nats)."""
-    before = trace_position(model, tokenizer, ids, position, block, top)
-    after = trace_position(model, tokenizer, ids, position, block, top, interventions, only_at_position)
+    distribution moved (KL divergence, nats). `grad`: each pass's gradient, both of the loss of
+    one target (at the last position by default the unmodified pass's top prediction)."""
+    before = trace_position(model, tokenizer, ids, position, block, top, grad=grad, target=target)
+    chosen = None if before.gradient is None else Target(before.gradient.target_id, before.gradient.target_from)
+    after = trace_position(
+        model, tokenizer, ids, position, block, top, interventions, only_at_position, grad=grad, target=chosen
+    )
     changes = []
     for first, second in zip(before.blocks, after.blocks):
         rows = {stages.INPUT: (first.input.row, second.input.row)}

@@ -1,6 +1,7 @@
 """The text view of a trace: tables that fit an 80-column terminal, with the numbers at a chosen
 number of decimals. It lays out exactly the data of `Trace.to_json()`; the only arithmetic here is
-the mean, standard deviation (biased) and norm printed for rows too wide to show in full.
+the mean, standard deviation (biased) and norm printed for rows too wide to show in full. With a
+gradient (`grad`), each row's `|grad|` column is the norm the gradient computed (gradients.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..model.stages import (
     RESIDUAL2,
     block_stages,
 )
+from .gradients import GIVEN, PREDICTION, PROMPT
 from .trace import Comparison, Trace
 
 WIDTH = 80
@@ -44,6 +46,14 @@ def number(value: float, digits: int) -> str:
     if text.startswith("-") and float(text) == 0.0:
         text = text[1:]
     return text
+
+
+def magnitude(value: float, digits: int) -> str:
+    """A norm that may span many orders (a gradient's): fixed decimals from 0.001 to 10,000, else
+    in scientific notation, so a vanishing gradient does not print as zero."""
+    if value == 0 or 1e-3 <= abs(value) < 1e4:
+        return number(value, digits)
+    return f"{value:.{max(1, digits - 1)}e}"
 
 
 def show_token(text: str, limit: int = TOKEN_SHOWN) -> str:
@@ -85,24 +95,84 @@ def _shape(shape: list[int]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
+GRAD = "|grad|"
+
+
 def _table(
-    rows: list[tuple[str, list[float], list[int]]], digits: int, width: int, heading: tuple[str, str, str] | None = None
+    rows: list[tuple[str, list[float], list[int]]],
+    digits: int,
+    width: int,
+    heading: tuple[str, str, str] | None = None,
+    grads: list[float | None] | None = None,
 ) -> list[str]:
-    """`  label  row  shape` lines; a wide row continues under its own column."""
+    """`  label  row  shape` lines, and with `grads` (one norm or None per row) a `|grad|` column;
+    a wide row continues under its own column."""
     label_w = max(len(label) for label, _, _ in rows + ([heading] if heading else []))
-    shape_w = max(len(_shape(shape)) for _, _, shape in rows)
-    room = width - 2 - label_w - 2 - 2 - shape_w
+    shape_w = max([len(_shape(shape)) for _, _, shape in rows] + ([len(heading[2])] if heading and grads else []))
+    shown = [] if grads is None else ["" if g is None else magnitude(g, digits) for g in grads]
+    grad_w = max([len(GRAD)] + [len(g) for g in shown]) if grads is not None else 0
+    room = width - 2 - label_w - 2 - 2 - shape_w - (2 + grad_w if grads is not None else 0)
     cells = [(label, row_lines(row, digits, room), _shape(shape)) for label, row, shape in rows]
     row_w = max(len(line) for _, lines, _ in cells for line in lines)
     if heading:
         row_w = max(row_w, len(heading[1]))
+
+    def joined(label: str, row: str, shape: str, grad: str | None) -> str:
+        end = shape if grad is None else f"{shape:<{shape_w}}  {grad:>{grad_w}}"
+        return f"  {label:<{label_w}}  {row:<{row_w}}  {end}".rstrip()
+
     out = []
     if heading:
-        out.append(f"  {heading[0]:<{label_w}}  {heading[1]:<{row_w}}  {heading[2]}".rstrip())
-    for label, lines, shape in cells:
-        out.append(f"  {label:<{label_w}}  {lines[0]:<{row_w}}  {shape}".rstrip())
+        out.append(joined(*heading, None if grads is None else GRAD))
+    for k, (label, lines, shape) in enumerate(cells):
+        out.append(joined(label, lines[0], shape, None if grads is None else shown[k]))
         out.extend(f"  {'':<{label_w}}  {line}" for line in lines[1:])
     return out
+
+
+TARGET_FROM = {
+    PROMPT: "the prompt's next token",
+    GIVEN: "the token asked for",
+    PREDICTION: "the model's top prediction (the prompt has no next token here)",
+}
+
+
+def _gradient_lines(
+    gradient: dict[str, Any], p: int, digits: int, width: int, after: dict[str, Any] | None = None
+) -> list[str]:
+    """What the `|grad|` column is the norm of: the loss, its target and where that came from (with
+    `after`, the modified pass's gradient of the same loss, a comparison's)."""
+    target = show_token(gradient["target"])
+    loss = f"{number(gradient['loss'], digits)} nats"
+    if after is not None:
+        loss += f" before, {number(after['loss'], digits)} after"
+    return _pack(
+        [
+            f"{GRAD}: the norm of d loss / d row, through {'each' if after else 'this same'} pass, for",
+            f"loss = -log p({target}) = {loss} at position {p};",
+            f"{target} (id {gradient['target_id']}) is {TARGET_FROM[gradient['target_from']]}",
+        ],
+        width,
+        " ",
+    )
+
+
+def _bottom_line(gradient: dict[str, Any], n_layer: int, digits: int, width: int) -> list[str]:
+    """The lesson's question: how much of the gradient at the top of the stack reaches block 0."""
+    blocks = gradient["blocks"]
+    if len(blocks) != n_layer:  # one block shown (--block): no bottom and top to set side by side
+        return []
+    bottom, top = blocks[0]["input"]["norm"], blocks[-1]["stages"][OUTPUT]["norm"]
+    ratio = f" (bottom / top = {magnitude(bottom / top, digits)})" if top > 0 else ""
+    return _pack(
+        [
+            "gradient from the top of the stack to the bottom:",
+            f"{GRAD} of block {n_layer - 1}'s output {magnitude(top, digits)},",
+            f"of block 0's input {magnitude(bottom, digits)}{ratio}",
+        ],
+        width,
+        " ",
+    )
 
 
 def _legend(model: dict[str, Any]) -> list[str]:
@@ -216,25 +286,36 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     legend = _pack(_legend(model), width - 2, " ")
     out += [legend[0]] + ["  " + line for line in legend[1:]]
     out.append(f"rows: position {p} of each recorded stage; shape: the whole array")
+    gradient = trace.get("gradient")
+    if gradient is not None:
+        out += _gradient_lines(gradient, p, digits, width)
 
-    for entry in trace["blocks"]:
+    for k, entry in enumerate(trace["blocks"]):
         i = entry["index"]
-        rows = []
+        rows, grads = [], []
         if i == 0:
             inp = trace["input"]
             rows.append((f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]))
             if inp.get("position_row") is not None:  # positions = "none": no position row to add
                 rows.append((f"+ position {p}", inp["position_row"], inp["position_table_shape"]))
+            grads = [None] * len(rows)  # the gradient is the input's: one sum, one row of it
             rows.append((f"= {INPUT}", inp["row"], inp["shape"]))
         else:
             rows.append((INPUT, entry["input"]["row"], entry["input"]["shape"]))
         rows += [(name, row, entry["shapes"][name]) for name, row in entry["stages"].items()]
+        if gradient is not None:
+            block = gradient["blocks"][k]
+            grads += [block["input"]["norm"]] + [block["stages"][name]["norm"] for name in entry["stages"]]
         out += ["", f"block {i} of {model['n_layer']}"]
-        out += _table(rows, digits, width, heading=("stage", f"row at position {p}", "shape"))
+        heading = ("stage", f"row at position {p}", "shape")
+        out += _table(rows, digits, width, heading=heading, grads=grads if gradient is not None else None)
         out += _attention_lines(entry, tokens, p, digits, width)
 
     out += ["", "after the last block"]
-    out += _table([(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])], digits, width)
+    final = [(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])]
+    out += _table(final, digits, width, grads=None if gradient is None else [gradient["final_norm"]["norm"]])
+    if gradient is not None:
+        out += _bottom_line(gradient, model["n_layer"], digits, width)
     out.append(f"next token after position {p}: softmax({FINAL_NORM} row @ head), top {len(trace['next_tokens'])}")
     tok_w = max([5] + [len(show_token(c["token"])) for c in trace["next_tokens"]])
     id_w = max(2, len(str(model["vocab_size"] - 1)))
@@ -258,6 +339,22 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         out.append(label + lines[0])
         out.extend(" " * len(label) + line for line in lines[1:])
     return "\n".join(out)
+
+
+def _gradient_comparison(result: Comparison, label_w: int, num_w: int, digits: int, width: int) -> list[str]:
+    """Each pass's gradient norms, stage by stage: both of the loss of one target."""
+    before, after = result.before.as_dict()["gradient"], result.after.as_dict()["gradient"]
+    out = [""] + _gradient_lines(before, result.before.position, digits, width, after)
+    for first, second in zip(before["blocks"], after["blocks"]):
+        out.append(f"block {first['index']}: {GRAD} before and after")
+        out.append(f"  {'stage':<{label_w}}  {'before':>{num_w}}  {'after':>{num_w}}")
+        rows = {INPUT: (first["input"], second["input"])}
+        rows.update({name: (grad, second["stages"][name]) for name, grad in first["stages"].items()})
+        out += [
+            f"  {name:<{label_w}}  {magnitude(a['norm'], digits):>{num_w}}  {magnitude(b['norm'], digits):>{num_w}}"
+            for name, (a, b) in rows.items()
+        ]
+    return out
 
 
 def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -> str:
@@ -294,6 +391,8 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
             )
             out.append(f"    before  {row_lines(change.before, digits, room)[0]}")
             out.append(f"    after   {row_lines(change.after, digits, room)[0]}")
+    if before.gradient is not None:
+        out += _gradient_comparison(result, label_w, num_w, digits, width)
     out += ["", f"next token after position {p}, before and after:"]
     tok_w = max([5] + [len(show_token(c.token)) for c in before.next_tokens + after.next_tokens])
     prob_w = max(len("probability"), digits + 2)

@@ -33,11 +33,19 @@ class Recorder:
     each head's mixed values before W_O) can be replaced but is not recorded.
 
     Built for one model's config, it knows every name that model computes: a replacement for any
-    other name is refused here, where it is made, instead of being silently never applied."""
+    other name is refused here, where it is made, instead of being silently never applied.
 
-    def __init__(self, cfg: ModelConfig, replacements: dict[str, Replacement] | None = None):
+    `keep_graph` (a trace's gradient, inspection/gradients.py): each stage is kept as a node of the
+    pass's autograd graph instead, one of its own (a view of the value the pass continues with), so
+    the gradient of a loss with respect to it is what a change of that stage alone would do (with
+    `norm = "none"`, `norm1` is not the `input` it equals: only attention reads it); and a
+    replacement that reads a recorded stage (replace-residual's `attention`) reads that node, so
+    the gradient flows through it. `detach()` drops the graph once it has been differentiated."""
+
+    def __init__(self, cfg: ModelConfig, replacements: dict[str, Replacement] | None = None, keep_graph: bool = False):
         self.prefix = ""
         self.stages: dict[str, Tensor] = {}
+        self.keep_graph = keep_graph
         self.replacements: dict[str, Replacement] = dict(replacements or {})
         self.known = frozenset(stages.replaceable_names(cfg.n_layer, **stages.of(cfg)))
         self.cfg = cfg
@@ -69,8 +77,15 @@ class Recorder:
         """Keep `value` (or its replacement) under `name` and hand it back, so the forward pass reads
         `x = tap(name, f(...))`."""
         value = self.modify(name, value)
-        self.stages[self.prefix + name] = value.detach()
+        if self.keep_graph:
+            value = _node(value)
+        self.stages[self.prefix + name] = value if self.keep_graph else value.detach()
         return value
+
+    def detach(self) -> None:
+        """Every stage kept without its graph (after `keep_graph`'s gradient): the values alone."""
+        for name, value in self.stages.items():
+            self.stages[name] = value.detach()
 
     def scoped(self, prefix: str) -> Recorder:
         """A view that writes into the same dict under `prefix.`, with the same replacements."""
@@ -85,3 +100,10 @@ class Recorder:
         """The stages of block `index`, keyed by their bare names (`norm1`, ...)."""
         head = stages.block_prefix(index) + "."
         return {k[len(head) :]: v for k, v in self.stages.items() if k.startswith(head)}
+
+
+def _node(value: Tensor) -> Tensor:
+    """`value` as a node of the graph of its own: a view (the same numbers, no copy) that only what
+    reads this stage reads; a leaf that requires a gradient where nothing before it did (a model
+    whose parameters are all frozen), so the stages after it are differentiable still."""
+    return value.view_as(value) if value.requires_grad else value.detach().requires_grad_(True)

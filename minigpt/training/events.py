@@ -13,6 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def logged(step: int, total: int, log_interval: int) -> bool:
+    """Whether step `step` (optimizer steps taken, 1 after the first) is one the metrics log records:
+    every `[train] log_interval`-th, and the last. The trainer measures what only those steps show
+    (each block's gradient norm) by the same rule the logs write them by."""
+    return step % log_interval == 0 or step == total
+
+
 @dataclass(frozen=True)
 class StepDone:
     step: int  # optimizer steps taken so far (1 after the first)
@@ -21,6 +28,9 @@ class StepDone:
     lr: float  # the learning rate this step used
     tokens_per_s: float  # since this process started training
     elapsed_s: float
+    # On a logged step: each block's gradient norm (L2 over all its parameters' gradients, the whole
+    # step's, before clipping; under torchrun the ranks' average), block 0 first; else None.
+    block_grad_norms: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from ..model.gpt import MiniGPT
 from ..runs import checkpoints, layout
 from ..runs.metrics import metrics_records
 from ..sampling.generate import generate
-from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone
+from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, logged
 from .session import Session
 
 # ---------------------------------------------------------------- the metrics log
@@ -43,16 +43,17 @@ class MetricsLog(Listener):
         self.file.flush()
 
     def on_step(self, event: StepDone) -> None:
-        if event.step % self.log_interval == 0 or event.step == event.total:
-            self.write(
-                {
-                    "step": event.step,
-                    "loss": event.loss,
-                    "lr": event.lr,
-                    "tokens_per_s": round(event.tokens_per_s, 1),
-                    "elapsed_s": round(event.elapsed_s, 3),
-                }
-            )
+        if logged(event.step, event.total, self.log_interval):
+            record = {
+                "step": event.step,
+                "loss": event.loss,
+                "lr": event.lr,
+                "tokens_per_s": round(event.tokens_per_s, 1),
+                "elapsed_s": round(event.elapsed_s, 3),
+            }
+            if event.block_grad_norms is not None:
+                record["block_grad_norms"] = list(event.block_grad_norms)
+            self.write(record)
 
     def on_eval(self, event: EvalDone) -> None:
         self.write({"step": event.step, "eval": True, "val_loss": event.val_loss, "val_bpb": event.val_bpb})

@@ -3,6 +3,7 @@
 at curves: `tensorboard --logdir runs/NAME/tensorboard`.
 
     train/loss, train/lr, train/tokens_per_s   every logged step (as metrics.jsonl: log_interval)
+    grad_norm/block_0, grad_norm/block_1, ...   every logged step: each block's gradient norm
     val/loss, val/bits_per_byte                 every evaluation
     sample                                      the text of each `[train] sample_every` sample
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import MinigptError
-from .events import EvalDone, Listener, StepDone
+from .events import EvalDone, Listener, StepDone, logged
 
 EXTRA = 'pip install "minigpt[tensorboard]"  (or: pip install tensorboard)'
 FOLDER = "tensorboard"
@@ -40,10 +41,12 @@ class TensorBoardLog(Listener):
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / FOLDER), purge_step=purge)
 
     def on_step(self, event: StepDone) -> None:
-        if event.step % self.log_interval == 0 or event.step == event.total:
+        if logged(event.step, event.total, self.log_interval):
             self.writer.add_scalar("train/loss", event.loss, event.step)
             self.writer.add_scalar("train/lr", event.lr, event.step)
             self.writer.add_scalar("train/tokens_per_s", event.tokens_per_s, event.step)
+            for i, norm in enumerate(event.block_grad_norms or ()):
+                self.writer.add_scalar(f"grad_norm/block_{i}", norm, event.step)
 
     def on_eval(self, event: EvalDone) -> None:
         self.writer.add_scalar("val/loss", event.val_loss, event.step)

@@ -28,7 +28,7 @@ from ..errors import MinigptError, Phrase
 from ..model.gpt import MiniGPT
 from . import distributed, threads
 from .distributed import RefusedElsewhere, World
-from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested
+from .events import CheckpointDue, Diverged, EvalDone, Listener, StepDone, StopRequested, logged
 from .session import Session
 from .threads import Watch
 
@@ -54,6 +54,17 @@ def evaluate(model: MiniGPT, windows: list, tokens_per_byte: float, world: World
     total = distributed.mean(world, sum(model(x, y)[1].item() for x, y in windows) / len(windows))
     model.train(was_training)
     return {"val_loss": total, "val_bpb": total * tokens_per_byte / math.log(2)}
+
+
+def block_grad_norms(model: MiniGPT) -> tuple[float, ...]:
+    """Each block's gradient norm: the L2 norm over every gradient of its parameters (the
+    blocks' alone: not the tables, the final norm or the head), block 0 first; one host sync."""
+    norms = []
+    for block in model.blocks:
+        grads = [p.grad for p in block.parameters() if p.grad is not None]  # none: frozen, or unused
+        each = [torch.linalg.vector_norm(grad) for grad in grads]
+        norms.append(torch.linalg.vector_norm(torch.stack(each)) if each else model.token_table.weight.new_zeros(()))
+    return tuple(torch.stack(norms).tolist())
 
 
 def estimate_seconds(session: Session, steps: int) -> float:
@@ -127,6 +138,7 @@ class Trainer:
         self.stop_requested = False
         self.diverged: Diverged | None = None
         self.failure: Exception | None = None  # a listener's, raised at the step's end
+        self.block_grad_norms: tuple[float, ...] | None = None  # the last step's, when it is logged
 
     def request_stop(self) -> None:
         """Stop at the next step boundary, with a checkpoint (safe to call from a signal handler)."""
@@ -158,6 +170,8 @@ class Trainer:
                 (loss / tc.grad_accum).backward()
             total += loss.item() / tc.grad_accum
         total = distributed.mean(s.world, total)  # the global batch's loss, the same on every rank
+        # Measured only on a step the logs record, before clipping (under torchrun: averaged already).
+        self.block_grad_norms = block_grad_norms(s.model) if logged(s.step + 1, tc.steps, tc.log_interval) else None
         # With grad_clip = 0 the norm is still measured (a clip at infinity multiplies by exactly 1).
         norm = float(
             torch.nn.utils.clip_grad_norm_(s.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
@@ -214,7 +228,7 @@ class Trainer:
                 step = s.step
                 elapsed = time.perf_counter() - started
                 tokens_per_s = (step - start_step) * s.tokens_per_step / max(elapsed, 1e-9)
-                self._emit("on_step", StepDone(step, tc.steps, loss, lr, tokens_per_s, elapsed))
+                self._emit("on_step", StepDone(step, tc.steps, loss, lr, tokens_per_s, elapsed, self.block_grad_norms))
                 if step % tc.eval_interval == 0 or step == tc.steps:
                     last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte, s.world)
                     self._emit("on_eval", EvalDone(step, **last_val))
