@@ -132,9 +132,13 @@ def depth_experiment(out: Path, report: dict) -> None:
             for when, record in grads.items():
                 norms = record["block_grad_norms"]
                 grads[when] = {"step": record["step"], "bottom_over_top": norms[0] / norms[-1], "norms": norms}
-        trace = traced(out, name, "-p", "ROMEO:", "--grad")
+        gradient = traced(out, name, "-p", "ROMEO:", "--grad")["gradient"]
+        blocks = gradient["blocks"]
         report[name]["trace_grad"] = {
-            f"block {b['index']}": b.get("grad_norms", {}).get("input") for b in trace["blocks"] if "grad_norms" in b
+            "target": gradient["target"],
+            "input_norm_by_block": [b["input"]["norm"] for b in blocks],
+            "top_output_norm": blocks[-1]["stages"]["output"]["norm"],
+            "bottom_over_top": blocks[0]["input"]["norm"] / blocks[-1]["stages"]["output"]["norm"],
         }
     minigpt("plot", str(out / "deep"), str(out / "deep-no-residual"), "-o", str(DOCS / "remove-depth.png"))
 
