@@ -5,6 +5,7 @@ every number the README quotes (runs/remove-and-watch.json), and prints them.
 
     python scripts/remove_and_watch.py                 about 15 minutes on a 2-core laptop CPU
     python scripts/remove_and_watch.py --out DIR       the runs go to DIR (default: runs/)
+    python scripts/remove_and_watch.py --again         figures and numbers again from those runs
 
 1. Order: reverse with and without the position table (accuracy), and `trace --ids` with the tokens
    before a position permuted: block 0's rows there, and block 1's.
@@ -57,23 +58,28 @@ def minigpt(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def train(out: Path, name: str) -> dict:
+def train(out: Path, name: str, before: dict | None = None) -> dict:
+    """Train the run `name` into `out`, or with `before` (an earlier report's entry) read the run
+    already there and keep what that report said of its training."""
     config, extra = RUNS[name]
-    started = time.perf_counter()
-    done = minigpt("train", "-c", str(ROOT / "configs" / f"{config}.toml"), "--out", str(out / name), "--force",
-                   "--quiet", *extra, check=False)  # fmt: skip
-    seconds = time.perf_counter() - started
+    if before is None:
+        started = time.perf_counter()
+        done = minigpt("train", "-c", str(ROOT / "configs" / f"{config}.toml"), "--out", str(out / name), "--force",
+                       "--quiet", *extra, check=False)  # fmt: skip
+        seconds, code, said = time.perf_counter() - started, done.returncode, done.stderr
+    else:
+        seconds, code, said = before["wall_s"], before["exit_code"], before.get("refusal", "")
     records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r.get("eval")]
     result = {
         "command": f"minigpt train -c configs/{config}.toml" + "".join(f" {a}" for a in extra),
-        "exit_code": done.returncode,
+        "exit_code": code,
         "wall_s": round(seconds, 1),
         "val_bpb": round(evals[-1]["val_bpb"], 4) if evals else None,
         "val_loss": round(evals[-1]["val_loss"], 4) if evals else None,
     }
-    if done.returncode != 0:
-        result["refusal"] = done.stderr.strip().splitlines()[-1]
+    if code != 0:
+        result["refusal"] = said.strip().splitlines()[-1]
     grads = [r for r in records if "block_grad_norms" in r]
     if grads:
         result["block_grad_norms"] = {"first": grads[0], "last": grads[-1]}
@@ -159,7 +165,7 @@ def size_experiment(out: Path, report: dict) -> None:
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
     for name, norms in streams.items():
-        axes[0].plot(range(len(norms)), norms, marker="o", label=name)
+        axes[0].plot(range(len(norms)), norms, marker="o", label=f"{name} ({report[name]['val_bpb']} bits/byte)")
     axes[0].set_xticks(range(len(norms)), ["input"] + [f"out {b}" for b in range(len(norms) - 1)])
     axes[0].set_yscale("log")
     axes[0].set_title('residual stream norm at "ROMEO:"\'s last token')
@@ -167,7 +173,8 @@ def size_experiment(out: Path, report: dict) -> None:
         records = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
         steps = [r for r in records if "loss" in r and not r.get("eval") and not r.get("diverged")]
         axes[1].plot([r["step"] for r in steps], [r["loss"] for r in steps], label=name, linewidth=1)
-    axes[1].set_title("training loss (nats/token)")
+    axes[1].set_yscale("log")
+    axes[1].set_title("training loss (nats/token); no-norm-10x diverges")
     axes[1].set_xlabel("step")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -179,8 +186,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs", help="where the runs go (default: runs/)")
     parser.add_argument("--json-out", type=Path, default=ROOT / "runs" / "remove-and-watch.json")
+    parser.add_argument(
+        "--again", action="store_true", help="measure and draw again from the runs already in --out (no training)"
+    )
     args = parser.parse_args()
-    report = {name: train(args.out, name) for name in RUNS}
+    earlier = json.loads(args.json_out.read_text()) if args.again and args.json_out.exists() else None
+    report = {name: train(args.out, name, earlier[name] if earlier else None) for name in RUNS}
     order_experiment(args.out, report)
     processing_experiment(args.out, report)
     depth_experiment(args.out, report)

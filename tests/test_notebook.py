@@ -32,3 +32,11 @@ def test_the_tour_runs_top_to_bottom_in_a_real_kernel(tmp_path):
     assert any("last block's output at the last position restores 1.0" in t for t in text)  # patching, exactly
     assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs)  # the attention maps
     assert (tmp_path / "runs" / "tour" / "checkpoint.pt").is_file()
+    # Remove it and watch: each experiment printed its measurement
+    moved = next(t for t in text if "block 0's output at the last token moves by" in t)
+    assert float(moved.rsplit("moves by", 1)[1].split()[0]) < 1e-5  # the same set, in another order
+    assert "positions = 'none': reverse Accuracy(" in moved and "positions = 'learned': reverse Accuracy(" in moved
+    assert any("ffn_hidden = 0: add Accuracy(" in t for t in text)
+    depth = next(t for t in text if "residual = False: block 0 / block 5 gradient norm" in t)
+    assert "residual = True: block 0 / block 5 gradient norm" in depth
+    assert any("norm = 'none': residual stream norm" in t for t in text)
