@@ -971,3 +971,26 @@ def test_every_patching_cell_is_patch_jsons_effect(browser, tiny_run, tiny, size
     trace_prompt(page, wait, "the cat")
     assert page.find_elements(By.CSS_SELECTOR, '#diagram [data-patched="true"]') == []
     no_sideways_overflow(page)
+
+
+@pytest.mark.parametrize(
+    "switches, boxes, skips",
+    [
+        # every switch at once: no norms, no residual, no FFN: input, attention and the output it leaves
+        (["model.norm=\"none\"", "model.residual=false", "model.ffn_hidden=0"], ["input", "attention", "residual1",
+         "output"], 0),
+        # without norms the skip connections stay, the norm boxes go
+        (["model.norm=\"none\""], ["input", "attention", "residual1", "hidden", "ffn", "output"], 2),
+    ],
+)  # fmt: skip
+def test_the_diagram_draws_the_model_as_built(browser, tmp_path, switches, boxes, skips):
+    from selenium.webdriver.common.by import By
+
+    run = train_tiny_run(tmp_path, *[part for switch in switches for part in ("--set", switch)])
+    with serving(run) as url:
+        open_page(browser, url, SIZES[0])
+        drawn = [g.get_attribute("data-stage") for g in browser.find_elements(By.CSS_SELECTOR, "#diagram g.stage")]
+        assert drawn == boxes
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#diagram path.skip")) == skips
+        about = browser.find_element(By.ID, "about").text
+        assert ("no residual" in about) == ("model.residual=false" in switches)
