@@ -44,13 +44,13 @@ from .inspection.patching import Patching
 from .inspection.scoring import Scores, score
 from .inspection.trace import Comparison, Trace, put_back, tokens_to_trace, trace_position
 from .inspection.trace import compare as compare_passes
-from .interchange import convert, hf, nanogpt
+from .interchange import convert, hf, nanogpt, peft
 from .interchange import export as exporting
 from .io import no_progress
 from .model.gpt import MiniGPT
 from .runs.folder import check_new_run
 from .runs.metrics import read_metrics
-from .runs.reading import load_model, reading_config
+from .runs.reading import load_model, read_weights, reading_config
 from .sampling.generate import SampleResult, complete
 from .text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
 from .text.reading import read_text
@@ -608,9 +608,23 @@ class Run:
 
     def export(self, format: str, out: str | Path) -> list[Path]:
         """The run's weights written to the folder `out` (new or empty): "safetensors" (minigpt's
-        names and a config.json) or "hf" (a GPT-2 folder transformers loads). Returns the files."""
+        names and a config.json), "hf" (a GPT-2 folder transformers loads; a LoRA run's merged), or
+        "peft" (a LoRA run's adapters as PEFT saves them, for the GPT-2 folder "hf" writes of its
+        base). Returns the files."""
         exporting.check_export(format, Path(out))
-        return exporting.export(self.model, self.tokenizer, format=format, out=Path(out))
+        if format != "peft":
+            return exporting.export(self.model, self.tokenizer, format=format, out=Path(out))
+        saved = read_weights(self.path, self.checkpoint).payload
+        if "lora" not in saved:
+            raise MinigptError(
+                "{format} peft writes a LoRA run's adapters, and {run} {path} has none (it is not a LoRA run); "
+                "export it with {format} hf, or fine-tune it with [train] lora_rank",
+                path=self.path,
+            )
+        refusal = exporting.gpt2_refusal(self.model)
+        if refusal:
+            raise MinigptError("{format} peft adapts a GPT-2 folder, which cannot express {refusal}", refusal=refusal)
+        return peft.write_adapter(saved["model"], saved["lora"], saved["lora"]["base"]["run"], Path(out))
 
 
 def export(
@@ -632,14 +646,31 @@ def export(
 
 
 def import_hf(
-    folder: str | Path, out: str | Path, *, context: int | None = None, force: bool = False, progress: bool = True
+    folder: str | Path,
+    out: str | Path,
+    *,
+    context: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    adapter: str | Path | None = None,
 ) -> convert.Imported:
     """A Hugging Face GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, and its
     tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
     use like any other. `context` keeps the position table's first rows; `force` replaces what
     `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
-    Returns what was imported (its [model] section, tokenizer and origin)."""
-    return _imported(out, force, lambda bar: hf.read_hf_gpt2(Path(folder), context=context, progress=bar), progress)
+    `adapter`: a PEFT LoRA adapter folder for it, merged into the weights (W + scale B A). Returns
+    what was imported (its [model] section, tokenizer and origin)."""
+
+    def read(bar) -> convert.Imported:
+        imported = hf.read_hf_gpt2(Path(folder), context=context, progress=bar)
+        if adapter is not None:
+            for name, delta in peft.read_adapter(Path(adapter), imported.model.n_layer).items():
+                weight = imported.state[name]
+                imported.state[name] = (weight.double() + delta).to(weight.dtype)
+            imported.origin["adapter"] = str(Path(adapter).resolve())
+        return imported
+
+    return _imported(out, force, read, progress)
 
 
 def import_nanogpt(

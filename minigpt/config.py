@@ -107,7 +107,8 @@ class ModelConfig:
 # their defaults, which is what every earlier model computed.
 LATER_MODEL_KEYS = ("positions", "residual")
 # The same for [train]: a run trained before tasks existed trained on text, task = "none".
-LATER_TRAIN_KEYS = ("task", "task_length", "task_held_out")
+LATER_TRAIN_KEYS = ("task", "task_length", "task_held_out", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+LORA_TARGETS = ("qkv", "out", "W1", "W2")
 
 TASKS = ("reverse", "sort", "copy", "add")
 
@@ -151,6 +152,21 @@ class TrainConfig:
         "tokenizer (empty: fresh weights)",
     )
     init_checkpoint: str = _spec("last", "which weights of the init_from run: last, or best", choices=("last", "best"))
+    lora_rank: int = _spec(
+        0,
+        "LoRA: train a rank-r update B A of each targeted matrix of the init_from run, its weights frozen "
+        "(0: fine-tune every weight)",
+        minimum=0,
+    )
+    lora_alpha: float = _spec(16.0, "LoRA's scale numerator: the update is (lora_alpha / lora_rank) B A", positive=True)
+    lora_dropout: float = _spec(
+        0.0, "dropout on a LoRA update's input (training only)", minimum=0.0, maximum=1.0, exclusive_max=True
+    )
+    lora_targets: str = _spec(
+        "qkv,out,W1,W2",
+        "the matrices LoRA adapts in every block, comma-separated: qkv (attention's W_Q | W_K | W_V), out "
+        "(W_O), W1 and W2 (the FFN's)",
+    )
     val_fraction: float = _spec(
         0.1, "contiguous tail of the text kept for validation", positive=True, maximum=1.0, exclusive_max=True
     )
@@ -448,6 +464,8 @@ def _cross_checks(cfg: Config) -> None:
             task=tr.task,
             data=_toml_value(tr.data),
         )
+    if tr.lora_rank:
+        _check_lora(cfg)
     if t.kind == "bpe" and t.vocab_size < 257:
         raise ConfigError(
             '{where}: [tokenizer] vocab_size = {vocab_size} is too small for kind = "bpe"; byte-level BPE '
@@ -462,6 +480,39 @@ def _cross_checks(cfg: Config) -> None:
             where=where,
             min_lr=tr.min_lr,
             learning_rate=tr.learning_rate,
+        )
+
+
+def lora_targets(text: str) -> list[str]:
+    """`[train] lora_targets` as names, in the order given."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _check_lora(cfg: Config) -> None:
+    where, tr = cfg.source, cfg.train
+    targets = lora_targets(tr.lora_targets)
+    unknown = [name for name in targets if name not in LORA_TARGETS]
+    if unknown or not targets or len(set(targets)) < len(targets):
+        raise ConfigError(
+            "{where}: [train] lora_targets = {given} is not a list of distinct matrices; choose from {join}, "
+            'comma-separated (e.g. "qkv,out")',
+            where=where,
+            given=_toml_value(tr.lora_targets),
+            join=", ".join(LORA_TARGETS),
+        )
+    if not tr.init_from:
+        raise ConfigError(
+            "{where}: [train] lora_rank = {rank} adapts a trained model, and init_from names none: there is "
+            "nothing to adapt; give {init_from} RUN (a trained or imported run), or set lora_rank = 0",
+            where=where,
+            rank=tr.lora_rank,
+        )
+    if tr.optimizer == "muon":
+        raise ConfigError(
+            '{where}: [train] optimizer = "muon" with lora_rank = {rank} is refused: Muon orthogonalises full '
+            'matrices, and LoRA trains rank-{rank} factors; use optimizer = "adamw" (or "auto", which takes it)',
+            where=where,
+            rank=tr.lora_rank,
         )
 
 

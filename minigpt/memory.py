@@ -8,7 +8,7 @@ The counts are worked out from the [model] section alone, so no tensor is built 
 
 from __future__ import annotations
 
-from .config import ModelConfig
+from .config import ModelConfig, lora_targets
 from .device import available_memory
 from .errors import MinigptError
 
@@ -54,16 +54,33 @@ def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
     return 2 * parameter_count(cfg, vocab_size) * width + cache + window + MARGIN
 
 
-def training_bytes(cfg: ModelConfig, vocab_size: int, batch_size: int, optimizer: str) -> int:
+def training_bytes(
+    cfg: ModelConfig, vocab_size: int, batch_size: int, optimizer: str, lora: tuple[int, str] | None = None
+) -> int:
     """About what training holds at once: parameters, gradients and optimizer state (two AdamW
     moments, or one Muon momentum for the blocks' matrices and two for the rest), and one
     micro-batch's activations kept for the backward pass (per block and position: about 12
-    width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over)."""
+    width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over).
+    `lora` (rank, targets): the parameters frozen (no gradient, no state), the adapters trained."""
     width = DTYPE_BYTES[cfg.dtype]
     state = 1.5 if optimizer == "muon" else 2  # auto: whichever it takes, at most AdamW's two
     hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
     per_position = cfg.n_layer * (12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context) + 3 * vocab_size
-    return int(parameter_count(cfg, vocab_size) * width * (2 + state) + batch_size * cfg.context * per_position * width)
+    activations = batch_size * cfg.context * per_position * width
+    parameters = parameter_count(cfg, vocab_size)
+    if lora is None:
+        return int(parameters * width * (2 + state) + activations)
+    adapters = lora_parameter_count(cfg, *lora)
+    return int(parameters * width + adapters * width * (2 + 2) + activations)
+
+
+def lora_parameter_count(cfg: ModelConfig, rank: int, targets: str) -> int:
+    """The adapters' parameters: r (in + out) per targeted matrix per block."""
+    C, F = cfg.n_embd, cfg.ffn_hidden
+    widen = 2 if cfg.activation == "swiglu" else 1
+    shapes = {"qkv": (C, 3 * C), "out": (C, C), "W1": (C, widen * F), "W2": (F, C)}
+    wanted = [name for name in lora_targets(targets) if F or name in ("qkv", "out")]
+    return cfg.n_layer * sum(rank * sum(shapes[name]) for name in wanted)
 
 
 def check_memory(needed: int, device: str, what: str, advice: str) -> None:

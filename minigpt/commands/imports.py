@@ -14,7 +14,7 @@ from .options import ImportHfOptions, ImportNanogptOptions
 def main(o: ImportHfOptions | ImportNanogptOptions) -> None:
     with user_errors():
         if isinstance(o, ImportHfOptions):
-            imported = api.import_hf(o.folder, o.out, context=o.context, force=o.force)
+            imported = api.import_hf(o.folder, o.out, context=o.context, force=o.force, adapter=o.adapter)
         else:
             imported = api.import_nanogpt(
                 o.path, o.out, meta=o.meta, tokenizer=o.tokenizer, context=o.context, force=o.force

@@ -369,7 +369,9 @@ class ExportOptions(Options):
     format: Annotated[
         str,
         typer.Option(
-            "--format", help="safetensors (minigpt's names + config.json) or hf (a GPT-2 folder transformers loads)."
+            "--format",
+            help="safetensors (minigpt's names + config.json), hf (a GPT-2 folder transformers loads; a LoRA "
+            "run merged) or peft (a LoRA run's adapters, as PEFT saves them).",
         ),
     ]
     out: Annotated[Path, typer.Option("--out", help="Folder to write (new or empty).")]
@@ -413,6 +415,10 @@ class ImportHfOptions(Options):
         typer.Option("--context", help="Keep the position table's first N rows (default: all of them)."),
     ] = None
     force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
+    adapter: Annotated[
+        Path | None,
+        typer.Option("--adapter", help="A PEFT LoRA adapter for this GPT-2 folder: imported merged into its weights."),
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -121,8 +121,15 @@ def _announce(session, quiet: bool) -> None:
         return
     estimate = _seconds(estimate_seconds(session, steps=tc.steps - session.step))
     corpus = session.corpus
+    trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
+    frozen = session.model.num_parameters() - trainable
+    sizes = (
+        f"{frozen:,} parameters frozen, {trainable:,} of LoRA adapters trained"
+        if frozen
+        else (f"{trainable:,} parameters")
+    )
     say(
-        f"minigpt train: {session.model.num_parameters():,} parameters, {corpus.summary} "
+        f"minigpt train: {sizes}, {corpus.summary} "
         f"({corpus.tokenizer.vocab_size} ids), "
         f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
         f"about {estimate}; run folder {session.cfg.run_dir}"

@@ -128,7 +128,7 @@ def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]
     return [out / name for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")]
 
 
-FORMATS = ("safetensors", "hf")
+FORMATS = ("safetensors", "hf", "peft")
 
 
 def check_export(format: str, out: Path) -> None:

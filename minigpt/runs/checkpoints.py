@@ -19,6 +19,7 @@ from .. import failpoints
 from ..config import Config
 from ..errors import MinigptError
 from ..io import atomic_write
+from ..model import lora
 from ..model.gpt import MiniGPT
 from .layout import FORMAT_VERSION
 
@@ -60,7 +61,14 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def model_payload(cfg: Config, model: MiniGPT, tokenizer_size: int | None = None) -> dict[str, Any]:
     """What any checkpoint holds; training adds optimizer, step, RNG states and hashes.
-    `tokenizer_size`: the ids the tokenizer writes, when fewer than the model's rows (see state_payload)."""
+    `tokenizer_size`: the ids the tokenizer writes, when fewer than the model's rows (see state_payload).
+    A model with LoRA adapters stores the adapters alone, and under "lora" their settings and the
+    base checkpoint they adapt (its run folder, which checkpoint, its sha256): never a second copy
+    of the base."""
+    if lora.has_adapters(model):
+        payload = state_payload(cfg, lora.adapter_state(model), model.vocab_size, tokenizer_size)
+        payload["lora"] = dict(model.lora_settings)
+        return payload
     return state_payload(cfg, model.state_dict(), model.vocab_size, tokenizer_size)
 
 

@@ -1,6 +1,6 @@
 """Reading a run: the config a reading command uses (the run's own config.toml, or a config file
 naming the run), a checkpoint and the tokenizer beside it, checked, and the model built from the
-[model] section the checkpoint stores.
+[model] section the checkpoint stores (a LoRA run's: the base it names, with its adapters merged).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any
 from ..config import Config, ModelConfig, load_config, model_config_from
 from ..device import check_dtype
 from ..errors import MinigptError
+from ..io import file_sha256
 from ..memory import check_memory, parameter_count, reading_bytes
+from ..model import lora
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
 from .checkpoints import load_checkpoint, tokenizer_size
@@ -118,6 +120,48 @@ def read_weights(run_dir: Path, checkpoint: str = "last") -> RunWeights:
     return RunWeights(path, payload, model_config, tokenizer)
 
 
+def model_state(weights: RunWeights) -> dict[str, Any]:
+    """Every parameter of the model a checkpoint holds: its own tensors, or for a LoRA run (its
+    checkpoint holds adapters) the base's with the adapters merged in."""
+    if "lora" not in weights.payload:
+        return weights.payload["model"]
+    return lora.merged(adapted_model(weights)).state_dict()
+
+
+def adapted_model(weights: RunWeights, settings: dict[str, Any] | None = None) -> MiniGPT:
+    """A LoRA checkpoint's model: the base it names, read and checked, with these adapters on it."""
+    settings = settings or weights.payload["lora"]
+    model = MiniGPT(weights.model_config, weights.payload["vocab_size"])
+    model.load_state_dict(model_state(base_weights(settings["base"])))
+    lora.attach(model, settings)
+    lora.load_adapters(model, weights.payload["model"])
+    return model
+
+
+def base_weights(base: dict[str, Any]) -> RunWeights:
+    """The checkpoint a LoRA run adapts, where its checkpoints say it is and as it was (its sha256)."""
+    folder, checkpoint = Path(base["run"]), base["checkpoint"]
+    try:
+        found = read_weights(folder, checkpoint)
+    except NotARun:
+        raise MinigptError(
+            "this LoRA run adapts the {checkpoint} checkpoint of the run {folder}, which is not there any more; "
+            "a LoRA run stores its adapters, not the weights they adapt: put that run folder back at {folder}",
+            checkpoint=checkpoint,
+            folder=folder,
+        ) from None
+    sha = file_sha256(found.path)
+    if sha != base["sha256"]:
+        raise MinigptError(
+            "this LoRA run adapts {path} as it was (sha256 {expected}...), and it has changed since (sha256 "
+            "{sha}...: trained further, or replaced); restore that checkpoint, or train the LoRA run again",
+            path=found.path,
+            expected=base["sha256"][:12],
+            sha=sha[:12],
+        )
+    return found
+
+
 def load_model(
     cfg: Config, run_dir: Path | None = None, device: str = "cpu", checkpoint: str = "last"
 ) -> tuple[MiniGPT, TextTokenizer]:
@@ -144,5 +188,5 @@ def load_model(
     # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
     # use imports more of torch than the init costs at this size.
     model = MiniGPT(model_config, rows)
-    model.load_state_dict(weights.payload["model"])
+    model.load_state_dict(model_state(weights))  # a LoRA run's: its base with the adapters merged in
     return model.to(device).eval(), weights.tokenizer

@@ -137,6 +137,8 @@ def chosen_optimizer(model: MiniGPT, cfg, row_tokens: int | None = None) -> tupl
     it the same."""
     if cfg.optimizer != "auto":
         return cfg.optimizer, None
+    if cfg.lora_rank:  # rank-r factors: nothing for Muon to orthogonalise
+        return "adamw", 'optimizer = "auto": adamw for the LoRA adapters (the model\'s own weights are frozen)'
     tokens = cfg.batch_size * cfg.grad_accum * (row_tokens or model.context)
     share = muon_share(model, tokens)
     name = "muon" if share < MUON_MAX_SHARE else "adamw"

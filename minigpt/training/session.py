@@ -31,8 +31,9 @@ from .. import memory
 from ..config import Config
 from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
 from ..errors import MinigptError
+from ..model import lora
 from ..model.gpt import MiniGPT, check_context
-from ..runs import checkpoints, folder, identity
+from ..runs import checkpoints, folder, identity, reading
 from ..runs.lock import RunLock
 from ..text import sources
 from ..text.corpus import Batches, Corpus, load_corpus
@@ -183,19 +184,30 @@ def build(
     payload: dict[str, Any] | None = None,
     world: World = World(),
     weights: dict[str, torch.Tensor] | None = None,
+    origin: Origin | None = None,
 ) -> Session:
     """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given,
-    or starting from `weights` (a fine-tune's: the model's state, with a fresh optimizer)."""
+    or starting from `weights` (a fine-tune's: the model's state, with a fresh optimizer). With
+    `[train] lora_rank`, the weights are frozen and adapters of the `origin` checkpoint train (a
+    resumed LoRA run reads that base again: its checkpoint holds the adapters alone)."""
     tc = cfg.train
     torch.manual_seed(tc.seed)
+    if payload is not None and "lora" in payload:
+        weights = reading.model_state(reading.base_weights(payload["lora"]["base"]))
     model = MiniGPT(cfg.model, model_rows(corpus, payload, weights)).to(device)
     if weights is not None:
         model.load_state_dict(weights)
+    if tc.lora_rank:
+        base = payload["lora"]["base"] if payload is not None else asdict(origin)
+        lora.attach(model, lora.settings_of(tc, base))
     optimizer = make_optimizer(model, tc, corpus.row_tokens(cfg.model.context))
     generator = torch.Generator().manual_seed(tc.seed)
     step = 0
     if payload is not None:
-        model.load_state_dict(payload["model"])
+        if tc.lora_rank:
+            lora.load_adapters(model, payload["model"])
+        else:
+            model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         restore_rng_states(payload["rng"], generator)
         step = payload["step"]
@@ -339,7 +351,7 @@ def _prepare(
             "shorten it",
             positions=cfg.model.positions,
         )
-    session = _build_checked(cfg, corpus, payload, world, weights=weights)
+    session = _build_checked(cfg, corpus, payload, world, weights=weights, origin=origin)
     session.notes, session.origin = notes, origin
     if origin is None and cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
         notes.append(
@@ -363,6 +375,7 @@ def _build_checked(
     payload: dict[str, Any] | None,
     world: World,
     weights: dict[str, torch.Tensor] | None = None,
+    origin: Origin | None = None,
 ) -> Session:
     """The session on this rank's device, once the device can hold the model in its dtype."""
     device = rank_device(cfg.train.device, world)
@@ -371,7 +384,7 @@ def _build_checked(
         torch.cuda.set_device(device)  # NCCL talks to each rank's own GPU
     check_memory(cfg, model_rows(corpus, payload, weights), device)
     use_threads(cfg.train.threads)
-    session = build(cfg, corpus, device, payload, world, weights=weights)
+    session = build(cfg, corpus, device, payload, world, weights=weights, origin=origin)
     cores = default_threads()
     if cfg.train.threads == 0 and device == "cpu" and not world.distributed and cores > 1:
         if payload is not None and "threads" in payload:
@@ -399,7 +412,13 @@ def _open_folder(session: Session, lock: RunLock, force: bool) -> None:
 def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
     """Refuse a model that cannot be trained here before any of it is allocated."""
     memory.check_memory(
-        memory.training_bytes(cfg.model, vocab_size, cfg.train.batch_size, cfg.train.optimizer),
+        memory.training_bytes(
+            cfg.model,
+            vocab_size,
+            cfg.train.batch_size,
+            cfg.train.optimizer,
+            (cfg.train.lora_rank, cfg.train.lora_targets) if cfg.train.lora_rank else None,
+        ),
         device,
         "training this model (parameters, gradients, optimizer state and one batch's activations)",
         "make [model] n_embd, ffn_hidden or n_layer, or [train] batch_size smaller",

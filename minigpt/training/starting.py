@@ -69,7 +69,7 @@ def starting_point(cfg: Config, resume: bool) -> Start:
                 ) from None
             source_run = str(Path(cfg.train.init_from).resolve())
             start.origin = Origin(source_run, cfg.train.init_checkpoint, file_sha256(source.path))
-            start.weights = source.payload["model"]
+            start.weights = reading.model_state(source)  # a LoRA run's: its base with its adapters merged
         start.cfg = fine_tune_config(cfg, source.model_config, settings)
         start.tokenizer = source.tokenizer
     if start.payload is not None:
