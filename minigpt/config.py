@@ -107,7 +107,16 @@ class ModelConfig:
 # their defaults, which is what every earlier model computed.
 LATER_MODEL_KEYS = ("positions", "residual")
 # The same for [train]: a run trained before tasks existed trained on text, task = "none".
-LATER_TRAIN_KEYS = ("task", "task_length", "task_held_out", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+LATER_TRAIN_KEYS = (
+    "task",
+    "task_length",
+    "task_held_out",
+    "recompute",
+    "lora_rank",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_targets",
+)
 LORA_TARGETS = ("qkv", "out", "W1", "W2")
 
 TASKS = ("reverse", "sort", "copy", "add")
@@ -152,6 +161,11 @@ class TrainConfig:
         "tokenizer (empty: fresh weights)",
     )
     init_checkpoint: str = _spec("last", "which weights of the init_from run: last, or best", choices=("last", "best"))
+    recompute: bool = _spec(
+        False,
+        "keep only each block's input for the backward pass and compute the rest again there (less memory, "
+        "about a third more arithmetic)",
+    )
     lora_rank: int = _spec(
         0,
         "LoRA: train a rank-r update B A of each targeted matrix of the init_from run, its weights frozen "

@@ -55,17 +55,25 @@ def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
 
 
 def training_bytes(
-    cfg: ModelConfig, vocab_size: int, batch_size: int, optimizer: str, lora: tuple[int, str] | None = None
+    cfg: ModelConfig,
+    vocab_size: int,
+    batch_size: int,
+    optimizer: str,
+    lora: tuple[int, str] | None = None,
+    recompute: bool = False,
 ) -> int:
     """About what training holds at once: parameters, gradients and optimizer state (two AdamW
     moments, or one Muon momentum for the blocks' matrices and two for the rest), and one
     micro-batch's activations kept for the backward pass (per block and position: about 12
     width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over).
-    `lora` (rank, targets): the parameters frozen (no gradient, no state), the adapters trained."""
+    `lora` (rank, targets): the parameters frozen (no gradient, no state), the adapters trained.
+    `recompute`: each block's input kept, and one block's activations at a time."""
     width = DTYPE_BYTES[cfg.dtype]
     state = 1.5 if optimizer == "muon" else 2  # auto: whichever it takes, at most AdamW's two
     hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
-    per_position = cfg.n_layer * (12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context) + 3 * vocab_size
+    block = 12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context
+    kept = cfg.n_layer * cfg.n_embd + block if recompute else cfg.n_layer * block
+    per_position = kept + 3 * vocab_size
     activations = batch_size * cfg.context * per_position * width
     parameters = parameter_count(cfg, vocab_size)
     if lora is None:

@@ -120,6 +120,7 @@ def test_the_tokenizer_is_fitted_to_the_heads_only(tmp_path, config):
 
 
 def test_validation_windows_come_from_every_files_tail(config, books, monkeypatch):
+    import minigpt.text.corpus as corpus_module
     import minigpt.training.session as session
 
     starts = []
@@ -131,7 +132,7 @@ def test_validation_windows_come_from_every_files_tail(config, books, monkeypatc
 
     cfg = load_config(config)
     loaded = load_corpus(cfg)
-    monkeypatch.setattr(session, "Batches", Recorded)
+    monkeypatch.setattr(corpus_module, "Batches", Recorded)  # what Corpus.validation_windows draws with
     session.build(cfg, loaded)
     # Where each file's tail lies in the validation split (a boundary id after each but the last).
     offsets = np.cumsum([0] + [d.val_tokens + 1 for d in loaded.documents])

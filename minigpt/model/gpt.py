@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from ..errors import MinigptError
@@ -161,6 +162,9 @@ class MiniGPT(nn.Module):
         if cfg.positions == "learned":  # positions = "none": no table, the input is the token row alone
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # [train] recompute: training keeps each block's input alone and computes the block again in
+        # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
+        self.recompute = False
         self.final_norm = make_norm(cfg)
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -231,7 +235,11 @@ class MiniGPT(nn.Module):
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)
         last = len(self.blocks) - 1
+        recomputed = self.recompute and self.training and torch.is_grad_enabled() and recorder is None
         for i, block in enumerate(self.blocks):
+            if recomputed and cache is None:  # the dropout masks drawn again the same (RNG state kept)
+                x = checkpoint(block, x, use_reentrant=False)
+                continue
             x = block(
                 x,
                 recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,

@@ -195,6 +195,7 @@ def build(
     if payload is not None and "lora" in payload:
         weights = reading.model_state(reading.base_weights(payload["lora"]["base"]))
     model = MiniGPT(cfg.model, model_rows(corpus, payload, weights)).to(device)
+    model.recompute = tc.recompute
     if weights is not None:
         model.load_state_dict(weights)
     if tc.lora_rank:
@@ -418,6 +419,7 @@ def check_memory(cfg: Config, vocab_size: int, device: str) -> None:
             cfg.train.batch_size,
             cfg.train.optimizer,
             (cfg.train.lora_rank, cfg.train.lora_targets) if cfg.train.lora_rank else None,
+            cfg.train.recompute,
         ),
         device,
         "training this model (parameters, gradients, optimizer state and one batch's activations)",
