@@ -195,3 +195,24 @@ def test_recompute_trains_the_same_weights_with_less_memory_held(cli, base, tmp_
     adapters = (8, "qkv,out,W1,W2")
     held = training_bytes(cfg, 50257, 8, "adamw", adapters, recompute=True)
     assert held < training_bytes(cfg, 50257, 8, "adamw", adapters) - 0.8 * 2**30  # GPT-2 small: 0.9 GiB less
+
+
+def test_samples_while_a_lora_run_trains_are_the_adapted_models(base, tmp_path):
+    """Sampling folds the norms into a copy of the model: a LoRA model is folded as its merged copy,
+    so its samples are the adapted model's, not the base's."""
+    from minigpt.config import SampleConfig
+    from minigpt.sampling.generate import generate
+
+    model, _ = load_model(load_config(base / "config.toml"), base)
+    settings = {"rank": 2, "alpha": 16.0, "dropout": 0.0, "targets": "qkv,out,W1,W2", "base": {}}
+    lora.attach(model, settings)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("lora_B"):
+                parameter.normal_(0.0, 0.5)  # an update far from zero
+    model.eval()
+    greedy = SampleConfig(max_new_tokens=12, greedy=True)
+    adapted = [int(step.tokens[0]) for step in generate(model, [1, 2, 3], greedy)]
+    merged = [int(step.tokens[0]) for step in generate(lora.merged(model).eval(), [1, 2, 3], greedy)]
+    plain, _ = load_model(load_config(base / "config.toml"), base)
+    assert adapted == merged != [int(step.tokens[0]) for step in generate(plain, [1, 2, 3], greedy)]

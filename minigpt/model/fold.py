@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import MinigptError
+from . import lora
 from .gpt import MiniGPT
 from .layers import NoNorm, make_norm
 
@@ -57,7 +58,10 @@ def unfoldable(model: MiniGPT) -> str | None:
 def fold_norms(model: MiniGPT) -> MiniGPT:
     """A new MiniGPT computing what `model` computes, with every norm plain and its gain and bias
     folded into the matrix that reads it; built from the weights as they are now (a snapshot: fold
-    again after training). Same device, dtype and train/eval mode as `model`; no gradients."""
+    again after training). Same device, dtype and train/eval mode as `model`; no gradients. A model
+    with LoRA adapters (a LoRA run's samples while it trains) is folded as its merged copy."""
+    if lora.has_adapters(model):
+        model = lora.merged(model)
     reason = unfoldable(model)
     if reason is not None:
         raise MinigptError("cannot fold this model's norms: {reason}", reason=reason)
