@@ -31,6 +31,7 @@ def main(o: TraceOptions) -> None:
             versus=o.versus,
             grad=o.grad,
             target=o.target,
+            compare_run=o.compare_run,
         )
         if isinstance(result, Comparison):
             if o.png is not None and result.after.attribution is not None:
