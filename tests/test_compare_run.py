@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, train_tiny_run
-from typer.testing import CliRunner
+from conftest import fine_tune_tiny_run, train_tiny_run
 
 import minigpt
 from minigpt.config import load_config
@@ -34,26 +33,9 @@ def base(tmp_path_factory):
     return train_tiny_run(tmp_path_factory.mktemp("base"))
 
 
-def fine_tune(source: Path, out: Path, steps: int = 10) -> Path:
-    """`minigpt train --init-from SOURCE` on later Shakespeare, in the characters SOURCE knows."""
-    from minigpt.cli import app
-
-    known = minigpt.load(source).tokenizer.alphabet
-    text = out.parent / f"{out.name}.txt"
-    text.write_text("".join(c for c in SHAKESPEARE.read_text(encoding="utf-8")[60_000:80_000] if c in known))
-    (out.parent / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    result = CliRunner().invoke(
-        app,
-        ["train", "-c", str(out.parent / "tiny.toml"), "--init-from", str(source), "--data", str(text)]
-        + ["--out", str(out), "--steps", str(steps), "--quiet"],
-    )
-    assert result.exit_code == 0, result.output
-    return out
-
-
 @pytest.fixture(scope="module")
 def ft(base, tmp_path_factory):
-    return fine_tune(base, tmp_path_factory.mktemp("ft") / "ft")
+    return fine_tune_tiny_run(base, tmp_path_factory.mktemp("ft") / "ft")
 
 
 def trace_json(cli, run: Path, *args) -> dict:
@@ -217,7 +199,7 @@ def test_origin_refuses_a_run_that_is_no_fine_tune_or_an_import(cli, base, tmp_p
 def test_an_origin_moved_or_trained_further_is_refused_and_where_it_is_now_can_be_passed(cli, tmp_path):
     (tmp_path / "source").mkdir()
     source = train_tiny_run(tmp_path / "source")
-    tuned = fine_tune(source, tmp_path / "tuned", steps=2)
+    tuned = fine_tune_tiny_run(source, tmp_path / "tuned", steps=2)
     moved = tmp_path / "moved"
     source.rename(moved)
     line = refused(cli, "trace", "--run", tuned, "-p", PROMPT, "--compare-run", "origin")
