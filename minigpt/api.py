@@ -413,19 +413,7 @@ class Run:
             except MinigptError as exc:
                 raise MinigptError("the compared run {folder}: {reason}", folder=other.path, reason=exc) from None
         return self._trace(
-            prompt,
-            ids,
-            position,
-            block,
-            top,
-            changes,
-            at_position,
-            compare,
-            tokens,
-            patch,
-            grad=grad,
-            target=target_id,
-            other=other,
+            prompt, ids, position, block, top, changes, at_position, compare, tokens, patch, grad, target_id, other
         )
 
     def origin_run(self) -> Run:
