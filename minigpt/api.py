@@ -7,6 +7,7 @@
     run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
     run.trace("ROMEO:", grad=True).gradient             # d loss / d row of every stage, as `trace --grad`
     run.trace("ROMEO:", scale={"0.attention": 0.0})     # a Comparison, as `trace --compare`
+    run.trace("ROMEO:", compare_run="origin")           # what fine-tuning changed: its origin run, then it
     run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
     run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
     run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
@@ -42,7 +43,7 @@ from .inspection.accuracy import Accuracy, accuracy
 from .inspection.attribution import Attribution, check_decomposable
 from .inspection.patching import Patching
 from .inspection.scoring import Scores, score
-from .inspection.trace import Comparison, Trace, put_back, tokens_to_trace, trace_position
+from .inspection.trace import Comparison, Trace, put_back, shape_differences, tokens_to_trace, trace_position
 from .inspection.trace import compare as compare_passes
 from .interchange import convert, hf, nanogpt, peft
 from .interchange import export as exporting
@@ -50,7 +51,8 @@ from .io import no_progress
 from .model.gpt import MiniGPT
 from .runs.folder import check_new_run
 from .runs.metrics import read_metrics
-from .runs.reading import load_model, read_weights, reading_config
+from .runs.origin import origin_run
+from .runs.reading import NotARun, load_model, read_weights, reading_config
 from .sampling.generate import SampleResult, complete
 from .text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
 from .text.reading import read_text
@@ -358,6 +360,7 @@ class Run:
         patch: Mapping[str, Any] | None = None,
         grad: bool = False,
         target: str | int | None = None,
+        compare_run: Run | str | Path | None = None,
     ) -> Trace | Comparison:
         """One position (default: the last) followed through every block of one forward pass.
         Interventions change stages of that same pass: `scale` {"0.attention": 0.0} (or
@@ -375,8 +378,23 @@ class Run:
         the sum it splits. `grad` adds the gradient of the loss of the traced position's next token
         (the prompt's, at the last position the model's top prediction; or `target`, a token as
         `attribute` takes it) with respect to every stage's row, through the same pass
-        (`trace.gradient`; in a Comparison, each pass's, of the same target)."""
+        (`trace.gradient`; in a Comparison, each pass's, of the same target).
+
+        `compare_run` (a run folder, a loaded Run, or "origin": the run this one was fine-tuned
+        from, `origin_run()`) gives a Comparison of two runs of one shape and tokenizer: `before`
+        the compared run's pass, `after` this run's, of the same tokens, each with the same
+        interventions (a patch is refused: it would put back each run's own clean activation)."""
         changes = _changes(scale, replace_residual, ablate_head, set_input)
+        if compare_run is not None and compare:
+            raise MinigptError(
+                "{compare:on} compares a pass with and without interventions, {compare_run} two runs; give one "
+                "(with {compare_run}, interventions are made in both runs' passes)"
+            )
+        if compare_run is not None and patch is not None:
+            raise MinigptError(
+                "a patch puts back one run's clean activation, so it is not made in two runs; trace the patch "
+                "without {compare_run}, or compare the runs without a patch"
+            )
         if compare and not changes and patch is None:
             raise MinigptError(
                 "{compare:on} needs at least one intervention ({scale}, {replace_residual}, {ablate_head} or "
@@ -388,9 +406,65 @@ class Run:
         if target is not None and not grad:
             raise MinigptError("{target} is the token whose loss a gradient differentiates; give {grad:on} too")
         target_id = self._token(target, parameter("target"))
+        other = None if compare_run is None else self.comparison_run(compare_run)
+        if other is not None and tokens is not None:
+            try:
+                check_decomposable(other.model, changes)
+            except MinigptError as exc:
+                raise MinigptError("the compared run {folder}: {reason}", folder=other.path, reason=exc) from None
         return self._trace(
-            prompt, ids, position, block, top, changes, at_position, compare, tokens, patch, grad=grad, target=target_id
+            prompt, ids, position, block, top, changes, at_position, compare, tokens, patch, grad, target_id, other
         )
+
+    def origin_run(self) -> Run:
+        """The run this one was fine-tuned from (`train(init_from=...)`), at the checkpoint it
+        started from, as its origin.json records them; refused, saying which folder was expected
+        and to pass `compare_run`, when it has no origin run, the folder is gone, or its checkpoint
+        has changed since (its sha256 is not the recorded one)."""
+        origin = origin_run(self.path)
+        return load(origin.folder, checkpoint=origin.checkpoint)
+
+    def comparison_run(self, compare_run: Run | str | Path) -> Run:
+        """The run `trace(compare_run=...)` traces beside this one: a loaded Run, a run folder, or
+        "origin" (`origin_run()`; a folder named origin is "./origin"), checked to have this run's
+        shape (trace.SHAPE_KEYS) and tokenizer (the same fingerprint), or refused naming what differs."""
+        if isinstance(compare_run, Run):
+            other = compare_run
+        elif isinstance(compare_run, str) and compare_run == "origin":
+            other = self.origin_run()
+        else:
+            folder = Path(compare_run)
+            if not folder.is_dir():
+                raise MinigptError(
+                    "{compare_run} {folder}: no such run folder; give a run of the same shape and tokenizer",
+                    folder=folder,
+                )
+            try:
+                other = load(folder)
+            except NotARun as refused:
+                raise MinigptError(
+                    "{compare_run} {folder} is not a run folder (it has no {lacks}); give a run of the same shape "
+                    "and tokenizer",
+                    folder=refused.folder,
+                    lacks=refused.lacks,
+                ) from None
+        differences = shape_differences(self.model, other.model)
+        if differences:
+            raise MinigptError(
+                "{compare_run} {folder} is not the shape of {this} ({join}: this run's first), so their stages "
+                "cannot be compared one by one; compare runs of the same shape (a fine-tune and its origin)",
+                folder=other.path,
+                this=self.path,
+                join="; ".join(differences),
+            )
+        if other.tokenizer.fingerprint() != self.tokenizer.fingerprint():
+            raise MinigptError(
+                "{compare_run} {folder} has another tokenizer than {this} (their tokenizer.json differ), so the "
+                "same ids are not the same text; compare runs with one tokenizer (a fine-tune and its origin)",
+                folder=other.path,
+                this=self.path,
+            )
+        return other
 
     def attribute(
         self,
@@ -455,12 +529,13 @@ class Run:
         patch=None,
         grad=False,
         target=None,
+        other: Run | None = None,
     ) -> Trace | Comparison:
         token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
         if patch is not None:  # the clean prompt's pass, recorded first
             changes = [*changes, put_back(self.model, self.tokenizer, patch, len(token_ids))]
-        if changes and compare is not False:
+        if other is not None or (changes and compare is not False):
             result = compare_passes(
                 self.model,
                 self.tokenizer,
@@ -472,8 +547,13 @@ class Run:
                 only_at_position=at_position,
                 grad=grad,
                 target=target,
+                before_model=None if other is None else other.model,
             )
-            passes = [(result.before, []), (result.after, changes)]
+            if other is None:  # this run without the changes, then with them
+                passes = [(result.before, self.model, []), (result.after, self.model, changes)]
+            else:  # the other run's pass, then this one's, each with the changes
+                result.run, result.compared_run = str(self.path), str(other.path)
+                passes = [(result.before, other.model, changes), (result.after, self.model, changes)]
         else:
             result = trace_position(
                 self.model,
@@ -487,10 +567,10 @@ class Run:
                 grad=grad,
                 target=target,
             )
-            passes = [(result, changes)]
+            passes = [(result, self.model, changes)]
         if tokens is not None:
-            for traced, applied in passes:
-                traced.attribution = attribution.attribute(self.model, self.tokenizer, traced, *tokens, applied)
+            for traced, model, applied in passes:
+                traced.attribution = attribution.attribute(model, self.tokenizer, traced, *tokens, applied)
         return result
 
     def patch(

@@ -208,6 +208,26 @@ def train_tiny_run(folder: Path, *overrides: str) -> Path:
     return folder / "run"
 
 
+def fine_tune_tiny_run(source: Path, out: Path, steps: int = 10) -> Path:
+    """`minigpt train --init-from SOURCE` (a run train_tiny_run wrote) into `out`, in-process, on
+    later Shakespeare in the characters SOURCE's char tokenizer knows."""
+    from minigpt.cli import app
+    from minigpt.text.tokenizer import TextTokenizer
+
+    known = TextTokenizer.load(source / "tokenizer.json").alphabet
+    text = out.parent / f"{out.name}.txt"
+    text.write_text("".join(c for c in SHAKESPEARE.read_text(encoding="utf-8")[60_000:80_000] if c in known))
+    # tiny.toml without its [model]: a fine-tune keeps the source's, whatever --set made it
+    (out.parent / "tiny.toml").write_text(TINY_CONFIG[TINY_CONFIG.index("[tokenizer]") :], encoding="utf-8")
+    result = CliRunner().invoke(
+        app,
+        ["train", "-c", str(out.parent / "tiny.toml"), "--init-from", str(source), "--data", str(text)]
+        + ["--out", str(out), "--steps", str(steps), "--quiet"],
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
 def interrupt_once_training(process: subprocess.Popen, there: Path, signum: int) -> str:
     """Wait until `process` has announced in `there` that it is paused at a training batch (its
     failpoints: `batch@N=announce+pause:SECONDS`), send it `signum`, which ends the pause there, and

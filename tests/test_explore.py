@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import train_tiny_run
+from conftest import fine_tune_tiny_run, train_tiny_run
 
 import minigpt
 from minigpt.sampling.generate import next_token_distribution
@@ -51,9 +51,9 @@ SCREENSHOTS = os.environ.get("MINIGPT_SCREENSHOTS")  # a folder, e.g. docs: writ
 
 
 @contextlib.contextmanager
-def serving(run_dir: Path):
+def serving(run_dir: Path, *flags: str):
     process = subprocess.Popen(
-        [sys.executable, "-m", "minigpt", "explore", "--run", str(run_dir), "--port", "0"],
+        [sys.executable, "-m", "minigpt", "explore", "--run", str(run_dir), "--port", "0", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -92,6 +92,18 @@ def tiny_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny(tiny_run):
     with serving(tiny_run) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tuned_run(tiny_run, tmp_path_factory):
+    """tiny_run fine-tuned for 10 steps on later Shakespeare."""
+    return fine_tune_tiny_run(tiny_run, tmp_path_factory.mktemp("explore-tuned") / "tuned")
+
+
+@pytest.fixture(scope="module")
+def tuned(tuned_run):
+    with serving(tuned_run, "--compare-run", "origin") as url:
         yield url
 
 
@@ -680,6 +692,34 @@ def test_an_intervention_highlights_exactly_the_stages_whose_rows_changed(browse
     stage.send_keys(Keys.ENTER)
     wait.until(lambda p: "hidden at position" in p.find_element(By.ID, "row-title").text)
     no_sideways_overflow(page)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_a_compared_run_is_shown_as_an_intervention_is(browser, tiny_run, tuned_run, tuned, size):
+    from selenium.webdriver.common.by import By
+
+    page = browser
+    wait = open_page(page, tuned, size)
+    box = page.find_element(By.ID, "compare-run")
+    assert box.is_displayed() and box.is_selected()  # started with --compare-run: compared at once
+    trace_prompt(page, wait, "ROMEO:")
+    assert shown_request(page)["compare_run"] is True
+    expected = cli_trace(tuned_run, "-p", "ROMEO:", "--compare-run", str(tiny_run))
+    assert expected["compared_run"] == str(tiny_run)
+    changed = [{name for name, c in block.items() if c["change"] > 0} for block in expected["stages"]]
+    assert all(changed)  # fine-tuning moved every block
+    for b, names in enumerate(changed):
+        stages, blocks = highlighted(page, b, wait)
+        assert stages == names and blocks == set(range(len(changed)))
+    kl = page.find_element(By.ID, "kl")
+    assert float(kl.get_attribute("data-value")) == expected["kl_divergence"]
+    assert f"before: the compared run {tiny_run}, after: this run" in page.find_element(By.ID, "kl-line").text
+    assert "dashed: the compared run" in page.find_element(By.CSS_SELECTOR, "#stream .key").text
+    no_sideways_overflow(page)
+    box.click()  # unticked: this run alone
+    wait.until(lambda p: shown_request(p) is not None and "compare_run" not in shown_request(p))
+    assert "before" not in page.execute_script("return S.data")
+    assert highlighted(page, 0, wait) == (set(), set())
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

@@ -9,9 +9,11 @@ explorer.py computes with the library's own code:
     POST /api/trace       {"prompt" | "ids", "position", "scale": ["0.attention=0", ...],
                            "replace_residual": [...], "ablate_head": [...], "set_input": "2,2,2,2",
                            "at_position": false, "attribute": TOKEN, "versus": TOKEN, "views": false,
-                           "patch": {"clean": TEXT or ids, "block", "stage", "position", "head"}}
+                           "patch": {"clean": TEXT or ids, "block", "stage", "position", "head"},
+                           "compare_run": false}
                           ->  trace.Trace or trace.Comparison as JSON (`minigpt trace --json [--compare]
-                          [--attribute TOKEN --versus TOKEN]`; with "patch", Run.trace's `patch`);
+                          [--attribute TOKEN --versus TOKEN]`; with "patch", Run.trace's `patch`; with
+                          "compare_run": true, `--compare-run DIR` of the server's own --compare-run);
                           "views": true adds "views"
     POST /api/next        the same fields + "temperature", "top_k", "top_p"  ->  the next-token bars
     POST /api/step        {"prompt" | "ids", "greedy", "seed", "temperature", "top_k", "top_p"}  ->
@@ -66,9 +68,10 @@ WILDCARD = {"", "0.0.0.0", "::"}
 def main(o: ExploreOptions) -> None:
     with user_errors():
         run = opened(o)
+        compared = None if o.compare_run is None else run.comparison_run(o.compare_run)
         folder = resources.files("minigpt").joinpath("explore")
         files = {path: (folder.joinpath(name).read_bytes(), kind) for path, (name, kind) in FILES.items()}
-        handler = _handler(Explorer(run), files)
+        handler = _handler(Explorer(run, compared), files)
         try:
             server = (Server6 if ":" in o.host else Server)((o.host, o.port), handler)
         except OSError as exc:
@@ -81,7 +84,8 @@ def main(o: ExploreOptions) -> None:
     port = server.server_address[1]
     handler.served = Served(o.host, port)  # known once bound: --port 0 takes any free port
     address = f"http://{_bracketed(o.host)}:{port}/"
-    typer.echo(f"minigpt explore: {run.path} at {address} (Ctrl-C stops)", err=True)
+    beside = "" if compared is None else f", compared with {compared.path}"
+    typer.echo(f"minigpt explore: {run.path}{beside} at {address} (Ctrl-C stops)", err=True)
     typer.echo(address)  # on stdout alone, for scripts
     try:
         server.serve_forever()

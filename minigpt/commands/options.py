@@ -27,11 +27,16 @@ CONFIG_HELP = (
 )
 SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
 RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the run the config names)."
+COMPARE_RUN_HELP = (
+    "Another run of the same shape and tokenizer to compare with, stage by stage: its pass before, this run's "
+    "after; the word origin: the run this one was fine-tuned from (a folder named origin: ./origin)."
+)
 
 # The options several commands share.
 ConfigOption = Annotated[Path | None, typer.Option("-c", "--config", help=CONFIG_HELP)]
 RunOption = Annotated[Path | None, typer.Option("--run", help=RUN_HELP)]
 SetOption = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+CompareRunOption = Annotated[str | None, typer.Option("--compare-run", metavar="DIR", help=COMPARE_RUN_HELP)]
 CheckpointOption = Annotated[
     str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")
 ]
@@ -193,7 +198,8 @@ class TraceOptions(Options):
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
 
     Interventions (--scale, --replace-residual, --ablate-head, --set-input) change stages of the
-    same forward pass; --compare shows what follows from them.
+    same forward pass; --compare shows what follows from them. --compare-run shows what another run
+    of the same shape computes differently (what fine-tuning changed: --compare-run origin).
     """
 
     config: ConfigOption = None
@@ -252,6 +258,7 @@ class TraceOptions(Options):
             "divergence of the next-token distributions.",
         ),
     ] = False
+    compare_run: CompareRunOption = None
     attribute: Annotated[
         str | None,
         typer.Option(
@@ -393,7 +400,8 @@ class PlotOptions(Options):
 @dataclass(frozen=True, kw_only=True)
 class ExploreOptions(Options):
     """Serve a local page to explore a run: trace a position, move the lesson's controls (attention and
-    FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after."""
+    FFN scale, replace-instead-of-add, head ablation, the input vector) and see before and after;
+    with --compare-run, another run's pass before and this run's after."""
 
     config: ConfigOption = None
     run: RunOption = None
@@ -401,6 +409,7 @@ class ExploreOptions(Options):
     port: Annotated[int, typer.Option("--port", help="Port to serve on (0: any free port).")] = 8017
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    compare_run: CompareRunOption = None
 
 
 @dataclass(frozen=True, kw_only=True)

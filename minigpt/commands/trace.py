@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
 from ..api import Comparison, Trace
 from ..inspection.trace_text import check_digits, render_comparison, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
-from .common import opened, user_errors
+from .common import opened, shown_path, user_errors
 from .options import TraceOptions
 
 
@@ -31,11 +33,12 @@ def main(o: TraceOptions) -> None:
             versus=o.versus,
             grad=o.grad,
             target=o.target,
+            compare_run=o.compare_run,
         )
         if isinstance(result, Comparison):
             if o.png is not None and result.after.attribution is not None:
                 _save(result.after, o.png)
-            text = render_comparison(result, digits=o.digits)
+            text = render_comparison(_folders_shown(result), digits=o.digits)
             if result.after.attribution is not None:
                 text += "\n\n" + "\n".join(
                     render_attribution_pair(result.before.attribution, result.after.attribution, digits=o.digits)
@@ -50,6 +53,14 @@ def main(o: TraceOptions) -> None:
         if result.attribution is not None:
             text += "\n\n" + "\n".join(render_attribution(result.attribution, digits=o.digits))
         typer.echo(result.to_json() if o.as_json else text)
+
+
+def _folders_shown(result: Comparison) -> Comparison:
+    """Two runs compared: their folders in the text as the user would type them here (the JSON
+    keeps them whole)."""
+    if result.compared_run is None:
+        return result
+    return replace(result, run=shown_path(result.run), compared_run=shown_path(result.compared_run))
 
 
 def _save(result: Trace, path) -> None:

@@ -25,6 +25,7 @@ const S = {
   patched: null, // {block, stage, position, head, ids, clean}: the patch a patching cell applies to the corrupt prompt's traces
   patchPosition: "all", // the position whose head effects the head map shows ("all": every one at once)
   grad: false, // whether the trace asks for the gradient of the next token's loss (trace --grad)
+  compareRun: false, // whether the trace compares with the server's --compare-run (its pass before, this run's after)
 };
 
 // ---------------------------------------------------------------- requests
@@ -66,6 +67,8 @@ function traceRequest() {
     if (S.versus) body.versus = `#${S.versus.id}`;
   }
   if (S.grad) body.grad = true;
+  // A patch puts back one run's clean activation: a patched trace is of this run alone.
+  if (S.compareRun && !S.patched) body.compare_run = true;
   return body;
 }
 
@@ -158,6 +161,9 @@ function showError(message) {
 // ---------------------------------------------------------------- what the answer holds
 
 const compared = () => S.data && "before" in S.data;
+// Two runs compared (trace --compare-run): before is the other run's pass, after this run's.
+const runsCompared = () => compared() && Boolean(S.data.compared_run);
+const interventionsSet = () => (compared() && S.data.interventions.length ? `set: ${S.data.interventions.join("; ")}` : "");
 const shown = () => (compared() ? S.data.after : S.data);
 const before = () => (compared() ? S.data.before : null);
 const stageOrder = (block) => ["input", ...Object.keys(block.stages)];
@@ -437,7 +443,7 @@ function renderRow() {
   const download = document.createElement("button");
   download.type = "button";
   download.textContent = "download the trace JSON";
-  download.title = "what minigpt trace --json (--compare with an intervention, --attribute with a token chosen) prints for these settings";
+  download.title = "what minigpt trace --json (--compare with an intervention, --compare-run with the run compared, --attribute with a token chosen) prints for these settings";
   download.addEventListener("click", downloadJson);
   tools.append(numbers, download);
   out.push(tools);
@@ -557,7 +563,8 @@ function renderStream() {
   svg.querySelectorAll("circle").forEach((c) => hover(c, () => c.tip));
   const key = document.createElement("div");
   key.className = "key";
-  key.textContent = compared() ? "solid: after the intervention · dashed: before · orange points: changed" :
+  key.textContent = runsCompared() ? `solid: this run · dashed: the compared run ${S.data.compared_run} · orange points: changed` :
+    compared() ? "solid: after the intervention · dashed: before · orange points: changed" :
     "each block's input, residual adds and output, at the traced position";
   $("stream").replaceChildren(svg, key);
 }
@@ -635,8 +642,12 @@ function renderLens() {
 }
 
 function renderKl() {
+  const what = runsCompared() ?
+    `as trace --compare-run gives it) · before: the compared run ${esc(S.data.compared_run)}, after: this run` +
+      (S.data.interventions.length ? ` · interventions in both: ${esc(S.data.interventions.join("; "))}` : "") :
+    `as trace --compare gives it) · interventions: ${esc(compared() ? S.data.interventions.join("; ") : "")}`;
   $("kl-line").innerHTML = compared() ?
-    `KL(before \u2016 after) = <b id="kl">${Draw.short(S.data.kl_divergence)}</b> nats (temperature 1, unfiltered, as trace --compare gives it) · interventions: ${esc(S.data.interventions.join("; "))}` : "";
+    `KL(before \u2016 after) = <b id="kl">${Draw.short(S.data.kl_divergence)}</b> nats (temperature 1, unfiltered, ${what}` : "";
   const kl = $("kl");
   if (kl) { kl.dataset.value = S.data.kl_divergence; kl.title = String(S.data.kl_divergence); }
 }
@@ -976,7 +987,7 @@ function renderControls() {
   // Built again only for another block (or after a reset): a slider being moved keeps its place.
   if (S.controlsFor === b && S.controlsEdits === e) {
     for (let h = 0; h < m.n_head; h++) $(`ablate-${h}`).setAttribute("aria-pressed", e.ablate.has(`${b}.${h}`) ? "true" : "false");
-    $("active").textContent = compared() ? `set: ${S.data.interventions.join("; ")}` : "";
+    $("active").textContent = interventionsSet();
     return;
   }
   S.controlsFor = b;
@@ -1027,7 +1038,7 @@ function renderControls() {
   vector.querySelector("input").addEventListener("change", (ev) => { e.setInput = ev.target.value; trace(); });
   const active = document.createElement("div");
   active.id = "active";
-  active.textContent = compared() ? `set: ${S.data.interventions.join("; ")}` : "";
+  active.textContent = interventionsSet();
   box.replaceChildren(title, ...S.model.scalable.map((stage) => scale(stage, `${stage === "ffn" ? "FFN" : stage} scale`)), replace, heads, all, vector, active);
 }
 
@@ -1073,6 +1084,12 @@ async function start() {
   bindSampling();
   bindPatching();
   $("grad-on").addEventListener("change", (e) => { S.grad = e.target.checked; trace(); });
+  if (m.compare_run) { // started with --compare-run: that run's pass before, this run's after, until unticked
+    S.compareRun = $("compare-run").checked = true;
+    $("compare-run-name").textContent = m.compare_run;
+    $("compare-run-box").hidden = false;
+    $("compare-run").addEventListener("change", (e) => { S.compareRun = e.target.checked; trace(); });
+  }
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
     S.source = S.clean = { prompt: $("prompt").value };

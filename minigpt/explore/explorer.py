@@ -4,7 +4,9 @@
                           "views": true also every block's whole attention matrices and each row's norm;
                           with "patch" the traced prompt with one activation of the clean prompt's pass
                           put back (Run.trace's `patch`: a patching cell, traced); with "grad": true the
-                          gradient of the traced position's next-token loss (or "target"'s) at every stage
+                          gradient of the traced position's next-token loss (or "target"'s) at every stage;
+                          with "compare_run": true the run the server was given to compare with, before,
+                          and this run, after (`minigpt trace --compare-run DIR --json`)
     next_tokens(request)  the next-token distribution at the traced position, reshaped by sampling's own
                           `next_token_distribution` (temperature, top-k, top-p) from the traced logits
     step(request)         the token `minigpt sample -n 1` would append (greedy, or seeded), by `generate`
@@ -43,8 +45,10 @@ CACHED_LOGITS = 16  # traced logit rows kept, so moving a sampling slider does n
 
 
 class Explorer:
-    def __init__(self, run: Run):
-        self.run = run
+    def __init__(self, run: Run, compared: Run | None = None):
+        """`compared`: a run of `run`'s shape and tokenizer (Run.comparison_run) that a request's
+        "compare_run": true traces beside it."""
+        self.run, self.compared = run, compared
         self._logits: OrderedDict[str, tuple[torch.Tensor | None, torch.Tensor]] = OrderedDict()
 
     # ------------------------------------------------------------ what the page draws first
@@ -53,6 +57,7 @@ class Explorer:
         cfg, s = self.run.model.cfg, self.run.cfg.sample
         return {
             "run": str(self.run.path),
+            "compare_run": None if self.compared is None else str(self.compared.path),
             **self.run.model.architecture(),
             "writable": min(self.run.tokenizer.vocab_size, self.run.model.vocab_size),
             # the page's skip connections and scale controls, from the names the model computes (stages.py);
@@ -94,12 +99,18 @@ class Explorer:
         views = request.get("views", False)
         if not isinstance(views, bool):
             raise MinigptError("views {views!r} must be true or false", views=views)
-        result = self.run.trace(**arguments)
+        result = self._traced(arguments)
         self._remember(arguments, result)
         out = result.as_dict()
         if views:
             out["views"] = _views(result)
         return out
+
+    def _traced(self, arguments: dict[str, Any]) -> Trace | Comparison:
+        """Run.trace of a request's arguments, its "compare_run": true the run given to compare with."""
+        if arguments["compare_run"] and self.compared is None:
+            raise MinigptError("{compare_run:on}: this server was started without a run to compare with")
+        return self.run.trace(**{**arguments, "compare_run": self.compared if arguments["compare_run"] else None})
 
     def _remember(self, arguments: dict[str, Any], result: Trace | Comparison) -> None:
         """The traced position's logits of both passes, for the distribution requests that follow."""
@@ -120,7 +131,7 @@ class Explorer:
         s = self._sample_settings(request)
         key = json.dumps(arguments, sort_keys=True)
         if key not in self._logits:
-            self._remember(arguments, self.run.trace(**arguments))
+            self._remember(arguments, self._traced(arguments))
         before, after = self._logits[key]
         out = self._distribution(after, s)
         if before is not None:
@@ -256,10 +267,10 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
     if set_input is not None and not isinstance(set_input, str):
         raise MinigptError('{set_input} {given!r} must be a string such as "2,2,2,2"', given=set_input)
     at_position, grad = request.get("at_position", False), request.get("grad", False)
-    if not isinstance(at_position, bool):
-        raise MinigptError("{at_position} {given!r} must be true or false", given=at_position)
-    if not isinstance(grad, bool):
-        raise MinigptError("{grad} {given!r} must be true or false", given=grad)
+    compare_run = request.get("compare_run", False)
+    for name, value in (("at_position", at_position), ("grad", grad), ("compare_run", compare_run)):
+        if not isinstance(value, bool):
+            raise MinigptError("{parameter} {given!r} must be true or false", parameter=parameter(name), given=value)
     patch = request.get("patch")  # its fields are Run.trace's to check
     if patch is not None and not isinstance(patch, dict):
         raise MinigptError(
@@ -279,6 +290,7 @@ def _trace_arguments(request: Any) -> dict[str, Any]:
         "patch": patch,
         "grad": grad,
         "target": _token_field(request, "target"),
+        "compare_run": compare_run,
     }
 
 

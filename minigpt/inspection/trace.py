@@ -250,16 +250,22 @@ class StageChange:
 
 @dataclass
 class Comparison:
-    """The unmodified and the modified pass of the same prompt, stage by stage at one position."""
+    """Two passes of the same prompt, stage by stage at one position: the unmodified and the
+    modified pass of one model, or (`compared_run` set) another run's pass and this run's, both
+    with the same `interventions`."""
 
     interventions: list[str]
     before: Trace
     after: Trace
     stages: list[dict[str, StageChange]]  # per shown block: "input" and each stage
     kl_divergence: float  # KL(before || after) of the two next-token distributions, in nats
+    run: str | None = None  # comparing runs: the run folder of `after`
+    compared_run: str | None = None  # and of `before`; in the JSON only then
 
     def as_dict(self) -> dict[str, Any]:
+        runs = {} if self.compared_run is None else {"run": self.run, "compared_run": self.compared_run}
         return {
+            **runs,
             "interventions": self.interventions,
             "before": self.before.as_dict(),
             "after": self.after.as_dict(),
@@ -396,12 +402,30 @@ def compare(
     only_at_position: bool = False,
     grad: bool = False,
     target: int | None = None,
+    *,
+    before_model: MiniGPT | None = None,
 ) -> Comparison:
     """The same prompt traced without and with `interventions`: each stage's row at the traced
     position before and after, their norms and the norm of the change, and how far the next-token
     distribution moved (KL divergence, nats). `grad`: each pass's gradient, both of the loss of
-    one target (at the last position by default the unmodified pass's top prediction)."""
-    before = trace_position(model, tokenizer, ids, position, block, top, grad=grad, target=target)
+    one target (at the last position by default the `before` pass's top prediction).
+
+    `before_model`: another model of `model`'s shape (no shape_differences) and tokenizer, another
+    run's: `before` is then its pass and `after` this model's, both with `interventions`, so the
+    changes are what the other weights compute differently."""
+    edits_before = () if before_model is None else interventions
+    before = trace_position(
+        model if before_model is None else before_model,
+        tokenizer,
+        ids,
+        position,
+        block,
+        top,
+        edits_before,
+        only_at_position,
+        grad=grad,
+        target=target,
+    )
     chosen = None if before.gradient is None else Target(before.gradient.target_id, before.gradient.target_from)
     after = trace_position(
         model, tokenizer, ids, position, block, top, interventions, only_at_position, grad=grad, target=chosen
@@ -416,6 +440,20 @@ def compare(
         for p, q in zip(before.probabilities, after.probabilities)
     )
     return Comparison([str(item) for item in interventions], before, after, changes, kl)
+
+
+# What two models must share for their passes to be compared stage by stage: the stages recorded
+# (blocks, the FFN's, their order, the position row) and each one's shape, the heads whose weights
+# are listed, and the vocabulary the next-token distributions are over. Everything else in [model]
+# (the norm's kind, the activation, biases, the residual, the tied head, the dtype) changes what is
+# computed, not what is recorded: the comparison shows it.
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "ffn_hidden", "context", "vocab_size", "norm_position", "positions")
+
+
+def shape_differences(model: MiniGPT, other: MiniGPT) -> list[str]:
+    """`key this != other` for each SHAPE_KEYS entry where the two models differ (none: comparable)."""
+    this, that = model.architecture(), other.architecture()
+    return [f"{key} {this[key]!r} != {that[key]!r}" for key in SHAPE_KEYS if this[key] != that[key]]
 
 
 def row_norm(row: list[float]) -> float:

@@ -357,10 +357,23 @@ def _gradient_comparison(result: Comparison, label_w: int, num_w: int, digits: i
     return out
 
 
+def _runs_compared(result: Comparison, width: int) -> list[str]:
+    """Which run each pass is, and the [model] keys the two runs differ in (each one of the same
+    shape: what differs changes what is computed, which the rows below show)."""
+    out = [f"before: run {result.compared_run} (the compared run)", f"after:  run {result.run}"]
+    theirs, ours = result.before.model, result.after.model
+    differing = [f"{key} {theirs[key]!r} -> {ours[key]!r};" for key in ours if theirs.get(key) != ours[key]]
+    if differing:
+        differing[-1] = differing[-1].rstrip(";")
+        out += _pack(["[model] differs, before -> after:", *differing], width, " ")
+    return out
+
+
 def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -> str:
     """Both passes side by side, stage by stage at the traced position: the rows (cut to fit),
     their norms and the norm of the change; then the top next tokens before and after, and the KL
-    divergence between the two next-token distributions."""
+    divergence between the two next-token distributions. Two runs compared: which run each pass
+    is, first."""
     before, after = result.before, result.after
     p, tokens = before.position, before.tokens
     out = _pack(
@@ -372,9 +385,13 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
         width,
         " ",
     )
-    out += _pack(
-        ["interventions:"] + [item + ";" for item in result.interventions[:-1]] + result.interventions[-1:], width, " "
-    )
+    listed = [item + ";" for item in result.interventions[:-1]] + result.interventions[-1:]
+    if result.compared_run is None:
+        out += _pack(["interventions:", *listed], width, " ")
+    else:
+        out += _runs_compared(result, width)
+        if listed:
+            out += _pack(["interventions, in both passes:", *listed], width, " ")
     label_w = max(len("stage"), *(len(name) for block in result.stages for name in block))
     num_w = max(len("|before|"), digits + 4)
     room = width - 4 - len("before  ")
