@@ -135,13 +135,14 @@ def train(
                 "{resume:on} and {force:on} contradict each other; {resume:on} continues a run, {force:on} replaces it"
             )
         cfg = load_config(config, overrides(set), {"train": train_keys})
+        if not cfg.train.recompute:  # recompute asks for memory: freed blocks go back to the system
+            keep_freed_memory()  # fewer fresh pages per step: see device.py
         if cfg.train.tensorboard:
             from .training.tensorboard import require
 
             require()  # before anything is written
         return cfg
 
-    keep_freed_memory()  # fewer fresh pages per step: see device.py
     session = TrainingSession(
         read_config,
         resume=resume,

@@ -216,3 +216,11 @@ def test_samples_while_a_lora_run_trains_are_the_adapted_models(base, tmp_path):
     merged = [int(step.tokens[0]) for step in generate(lora.merged(model).eval(), [1, 2, 3], greedy)]
     plain, _ = load_model(load_config(base / "config.toml"), base)
     assert adapted == merged != [int(step.tokens[0]) for step in generate(plain, [1, 2, 3], greedy)]
+
+
+def test_a_lora_runs_trace_compares_with_its_base_unless_told_not_to(cli, base, tmp_path):
+    out = fine_tune(cli, base, tmp_path / "lora", "--steps", "4", "--set", "train.learning_rate=0.05")
+    compared = json.loads(cli("trace", "--run", out, "-p", "ROMEO", "--json").stdout)
+    assert compared["compared_run"] == str(base) and "kl_divergence" in compared
+    alone = json.loads(cli("trace", "--run", out, "-p", "ROMEO", "--json", "--compare-run", "none").stdout)
+    assert "compared_run" not in alone and alone["blocks"] == compared["after"]["blocks"]

@@ -29,7 +29,8 @@ SET_HELP = "Override one config key, e.g. --set model.n_layer=2 (repeatable)."
 RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the run the config names)."
 COMPARE_RUN_HELP = (
     "Another run of the same shape and tokenizer to compare with, stage by stage: its pass before, this run's "
-    "after; the word origin: the run this one was fine-tuned from (a folder named origin: ./origin)."
+    "after; the word origin: the run this one was fine-tuned from (a folder named origin: ./origin); a LoRA "
+    "run's trace compares with its base unless this says none."
 )
 
 # The options several commands share.
