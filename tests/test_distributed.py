@@ -409,14 +409,18 @@ def test_muon_on_two_ranks_computes_what_one_process_computes(runs, cli, tmp_pat
         ),  # fmt: skip
         # a task: each rank draws the global batch of examples and keeps its rows, as windows are
         ("task", ["--task", "reverse", "--task-length", "3", "--set", "model.context=8"]),
+        # LoRA on the one-process run of `runs`: every rank reads the base and trains the adapters alone
+        ("lora", ["--set", "train.lora_rank=2", "--set", "train.learning_rate=0.01"]),
     ],
 )
-def test_a_switched_model_and_a_task_train_on_two_ranks_as_in_one_process(runs, cli, tmp_path, what, changes):
+def test_a_switched_model_a_task_and_lora_train_on_two_ranks_as_in_one_process(runs, cli, tmp_path, what, changes):
     config = runs / "tiny.toml"
     if what == "task":  # a task reads no data: a config of its own, without tiny.txt
         config = tmp_path / "task.toml"
         config.write_text((runs / "tiny.toml").read_text().replace('data = "tiny.txt"\n', "").replace(
             'kind = "char"\n', ""), encoding="utf-8")  # fmt: skip
+    if what == "lora":
+        changes = [*changes, "--init-from", runs / "out" / "one"]
     two = torchrun(runs, "train", "-c", config, "--out", tmp_path / "two", *COMMON, *changes)
     assert two.returncode == 0, two.stderr[-3000:]
     one = cli("train", "-c", config, "--out", tmp_path / "one", *COMMON, *changes, "--set", "train.batch_size=8")
