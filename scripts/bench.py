@@ -290,14 +290,21 @@ def train_command(config: str | None, out: Path, steps: int | None = None, chang
 
 
 def cli_tokens_per_s(
-    config: str | None, changes: list[str], steps: int, tokens_per_step: int, out: Path, env: dict
+    config: str | None,
+    changes: list[str],
+    steps: int,
+    tokens_per_step: int,
+    out: Path,
+    env: dict,
+    cwd: Path | None = None,
 ) -> float:
     """`minigpt train` as a user runs it (a subprocess, `threads = 0`, progress off): tokens/s over
-    the steady window of its own metrics log, from its first logged step to its last."""
+    the steady window of its own metrics log, from its first logged step to its last. `cwd`: where
+    it runs (`python -m` puts that folder first on the path, before PYTHONPATH)."""
     command = train_command(
         config, out, steps, [*changes, f"train.eval_interval={steps}", f"train.checkpoint_interval={steps}"]
     )
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
     if result.returncode != 0:
         raise SystemExit(f"bench: minigpt train failed:\n{result.stderr}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -937,12 +944,15 @@ def _patching_flops(cfg, patches, length: int, changed: int) -> float:
 def versions_benchmark(other: Path, env: dict, scratch: Path, rounds: int = 3) -> dict:
     """This checkout ("this") against the one at `other`: every figure of each in child processes
     whose PYTHONPATH names that checkout, the two alternating round by round, the best round of
-    each counting. The run sampled from is trained here once, by this version (its folder is read
-    the same way by both)."""
+    each counting. The run sampled from is trained here once, by the other version, usually the
+    older: a newer version reads an older run folder (config keys added since read as their
+    defaults), not the reverse."""
     versions = {"this": ROOT, "other": other.resolve()}
     envs = {name: {**env, "PYTHONPATH": str(root)} for name, root in versions.items()}
     run = scratch / "versions-run"
-    done = subprocess.run(train_command(None, run, 60), capture_output=True, text=True, env=envs["this"])
+    # Every child runs in the scratch folder: `python -m minigpt` started in a checkout would import
+    # that checkout's package first, whatever PYTHONPATH says.
+    done = subprocess.run(train_command(None, run, 60), capture_output=True, text=True, env=envs["other"], cwd=scratch)
     if done.returncode != 0:
         raise SystemExit(f"bench: minigpt train failed:\n{done.stderr}")
     shape = load_config(None, SHAPE)
@@ -964,12 +974,12 @@ def versions_benchmark(other: Path, env: dict, scratch: Path, rounds: int = 3) -
         for name in versions:
             f = figures[name]
             f["train_step"].append(child(VERSION_STEP_CHILD, [json.dumps(SHAPE), "30", "2"], name))
-            f["cli"].append(cli_tokens_per_s(None, SHAPE, 300, per_step, scratch / f"cli-{name}", envs[name]))
+            f["cli"].append(cli_tokens_per_s(None, SHAPE, 300, per_step, scratch / f"cli-{name}", envs[name], scratch))
             f["sampling"].append(child(VERSION_SAMPLE_CHILD, [str(run), "1000", "2"], name))
             best = math.inf
             for _ in range(3):
                 started = time.perf_counter()
-                done = subprocess.run(sample, capture_output=True, text=True, env=envs[name])
+                done = subprocess.run(sample, capture_output=True, text=True, env=envs[name], cwd=scratch)
                 if done.returncode != 0:
                     raise SystemExit(f"bench: {' '.join(sample)} failed ({name}):\n{done.stderr}")
                 best = min(best, time.perf_counter() - started)
