@@ -1200,40 +1200,27 @@ def main() -> None:
             flush=True,
         )
 
+    def alone(name: str, measure, rows_of) -> None:
+        """--only NAME: that part measured (with the scratch folder removed after), its rows, the
+        table and the JSON report."""
+        try:
+            report[name] = measure()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        rows_of(report[name], row)
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print_rows(report)
+        print(f"\n(JSON: {args.json_out})")
+
     if args.only == "versions":
         if args.against is None or not (args.against / "minigpt").is_dir():
             raise SystemExit("bench: --only versions needs --against DIR, a minigpt checkout (it holds minigpt/)")
-        try:
-            report["versions"] = versions_benchmark(args.against, env, scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        versions_rows(report["versions"], row)
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print_rows(report)
-        print(f"\n(JSON: {args.json_out})")
+        alone("versions", lambda: versions_benchmark(args.against, env, scratch), versions_rows)
         return
-    if args.only == "lora":
-        try:
-            report["lora"] = lora_benchmark(env, scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        lora_rows(report["lora"], row)
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print_rows(report)
-        print(f"\n(JSON: {args.json_out})")
-        return
-    if args.only == "tasks":
-        try:
-            report["tasks"] = tasks_benchmark(env, scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        tasks_rows(report["tasks"], row)
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        print_rows(report)
-        print(f"\n(JSON: {args.json_out})")
+    if args.only in ("lora", "tasks"):
+        measure = {"lora": lora_benchmark, "tasks": tasks_benchmark}[args.only]
+        alone(args.only, lambda: measure(env, scratch), {"lora": lora_rows, "tasks": tasks_rows}[args.only])
         return
     if args.only == "patching":
         report["matmul_gflops"] = {"float32": round(matmul_peak(torch.float32))}

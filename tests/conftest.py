@@ -3,6 +3,7 @@ helpers to run the CLI in-process (CliRunner) or as a real process (subprocess).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -282,3 +283,23 @@ def random_run(cfg, vocab: int, tokenizer, *, seed: int = 0, std: float = 0.5):
             if "norm" not in name:
                 parameter.normal_(0.0, std)
     return Run(Path("random"), load_config(REPO / "configs" / "default.toml"), model, tokenizer)
+
+
+@contextlib.contextmanager
+def power_cut_at(step: int):
+    """Inside: writing the checkpoint of `step` fails as a power cut would (RuntimeError); the ones
+    before it are written. For the tests that resume a run cut short after its last checkpoint."""
+    from minigpt.runs import checkpoints
+
+    real = checkpoints.save_checkpoint
+
+    def save(path, payload):
+        if payload["step"] == step:
+            raise RuntimeError("simulated power cut")
+        real(path, payload)
+
+    checkpoints.save_checkpoint = save
+    try:
+        yield
+    finally:
+        checkpoints.save_checkpoint = real

@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG
+from conftest import SHAKESPEARE, TINY_CONFIG, power_cut_at
 
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
-from minigpt.runs import checkpoints
 from minigpt.text.corpus import Batches, load_corpus
 from minigpt.text.reading import split_text
 from minigpt.text.tokenizer import END_OF_TEXT, TextTokenizer, train_tokenizer
@@ -189,7 +188,7 @@ def test_a_single_file_is_exactly_what_it_always_was(tmp_path, config):
 # training and resuming
 
 
-def test_a_folder_of_three_files_trains_and_resumes_bitwise(cli, config, books, tmp_path, monkeypatch):
+def test_a_folder_of_three_files_trains_and_resumes_bitwise(cli, config, books, tmp_path):
     straight = tmp_path / "straight"
     result = cli("train", "-c", config, "--out", straight, "--quiet")
     assert result.exit_code == 0, result.output
@@ -198,16 +197,8 @@ def test_a_folder_of_three_files_trains_and_resumes_bitwise(cli, config, books, 
     assert 'data = "' in (straight / "config.toml").read_text(encoding="utf-8")  # one path: a string
 
     run = tmp_path / "crashed"
-    real_save = checkpoints.save_checkpoint
-
-    def crash_at_the_end(path, payload):
-        if payload["step"] == 20:
-            raise RuntimeError("simulated power cut")
-        real_save(path, payload)
-
-    monkeypatch.setattr(checkpoints, "save_checkpoint", crash_at_the_end)
-    assert isinstance(cli("train", "-c", config, "--out", run, "--quiet").exception, RuntimeError)
-    monkeypatch.setattr(checkpoints, "save_checkpoint", real_save)
+    with power_cut_at(20):
+        assert isinstance(cli("train", "-c", config, "--out", run, "--quiet").exception, RuntimeError)
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10
     # Resumed from the folder moved elsewhere: names are relative to it, so it is the same corpus.
     moved = tmp_path / "moved"

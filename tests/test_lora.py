@@ -11,13 +11,12 @@ import shutil
 
 import pytest
 import torch
-from conftest import train_tiny_run
+from conftest import power_cut_at, train_tiny_run
 
 from minigpt.config import load_config
 from minigpt.memory import lora_parameter_count, training_bytes
 from minigpt.model import lora
 from minigpt.model.gpt import MiniGPT
-from minigpt.runs import checkpoints
 from minigpt.runs.reading import load_model
 from minigpt.text.corpus import Batches, load_corpus
 from minigpt.training.trainer import evaluate
@@ -102,22 +101,14 @@ def test_only_the_adapters_train_and_the_checkpoint_holds_them_alone(cli, base, 
             assert torch.equal(tensor, (original[name].double() + delta).float()), name
 
 
-def test_an_interrupted_lora_run_resumes_bitwise(cli, base, tmp_path, monkeypatch):
+def test_an_interrupted_lora_run_resumes_bitwise(cli, base, tmp_path):
     settings = ["--steps", "12", "--set", "train.checkpoint_interval=6", "--set", "train.eval_interval=6"]
     straight = fine_tune(cli, base, tmp_path / "straight", *settings)
-    real_save = checkpoints.save_checkpoint
-
-    def crash_at_the_end(path, saved):
-        if saved["step"] == 12:
-            raise RuntimeError("simulated power cut")
-        real_save(path, saved)
-
-    monkeypatch.setattr(checkpoints, "save_checkpoint", crash_at_the_end)
     run = tmp_path / "crashed"
-    crashed = cli("train", "-c", base / "config.toml", "--init-from", base, "--out", run, "--quiet", *LORA,
-                  *settings)  # fmt: skip
+    with power_cut_at(12):
+        crashed = cli("train", "-c", base / "config.toml", "--init-from", base, "--out", run, "--quiet", *LORA,
+                      *settings)  # fmt: skip
     assert isinstance(crashed.exception, RuntimeError)
-    monkeypatch.setattr(checkpoints, "save_checkpoint", real_save)
     assert payload(run)["step"] == 6
     fine_tune(cli, base, run, *settings, "--resume")
     a, b = payload(straight)["model"], payload(run)["model"]

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import power_cut_at
 
 import minigpt
 from minigpt.config import load_config
 from minigpt.inspection.accuracy import accuracy
 from minigpt.model.gpt import MiniGPT
-from minigpt.runs import checkpoints, identity
+from minigpt.runs import identity
 from minigpt.text.examples import IGNORE, example_tensors
 from minigpt.text.tasks import Task, task_examples, task_of
 
@@ -155,20 +156,12 @@ def test_exact_match_is_what_greedy_decoding_writes(tmp_path):
     assert 0 < measured.right < 40, measured  # the check has both kinds to tell apart
 
 
-def test_a_task_run_resumes_bitwise(cli, tmp_path, monkeypatch):
+def test_a_task_run_resumes_bitwise(cli, tmp_path):
     config = task_config(tmp_path, steps=20)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert cli("train", "-c", config, "--out", straight, "--quiet").exit_code == 0
-    real_save = checkpoints.save_checkpoint
-
-    def crash_at_the_end(path, payload):
-        if payload["step"] == 20:
-            raise RuntimeError("simulated power cut")
-        real_save(path, payload)
-
-    monkeypatch.setattr(checkpoints, "save_checkpoint", crash_at_the_end)
-    assert isinstance(cli("train", "-c", config, "--out", resumed, "--quiet").exception, RuntimeError)
-    monkeypatch.setattr(checkpoints, "save_checkpoint", real_save)
+    with power_cut_at(20):
+        assert isinstance(cli("train", "-c", config, "--out", resumed, "--quiet").exception, RuntimeError)
     assert torch.load(resumed / "checkpoint.pt", weights_only=True)["step"] == 10
     assert cli("train", "-c", config, "--out", resumed, "--quiet", "--resume").exit_code == 0
     a = torch.load(straight / "checkpoint.pt", weights_only=True)["model"]

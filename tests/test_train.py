@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import interrupt_once_training, minigpt_command, with_failpoints
+from conftest import interrupt_once_training, minigpt_command, power_cut_at, with_failpoints
 
 from minigpt.config import TrainConfig, load_config
 from minigpt.model.gpt import MiniGPT
-from minigpt.runs import checkpoints, identity
+from minigpt.runs import identity
 from minigpt.training.optimizers import make_optimizer
 from minigpt.training.trainer import learning_rate
 
@@ -282,24 +282,14 @@ def test_interrupted_then_resumed_run_ends_bitwise_identical(cli, tiny_config, t
     assert resumed == numbers(straight)
 
 
-def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(
-    cli, tiny_config, tmp_path, monkeypatch
-):
+def test_resume_after_a_crash_redoes_the_steps_logged_after_the_last_checkpoint(cli, tiny_config, tmp_path):
     straight = tmp_path / "straight"
     train_tiny(cli, tiny_config, straight, "--quiet")
 
     run = tmp_path / "crashed"
-    real_save = checkpoints.save_checkpoint
-
-    def crash_at_the_end(path, payload):
-        if payload["step"] == 20:
-            raise RuntimeError("simulated power cut")
-        real_save(path, payload)
-
-    monkeypatch.setattr(checkpoints, "save_checkpoint", crash_at_the_end)
-    crashed = cli("train", "-c", tiny_config, "--out", run, "--quiet")
+    with power_cut_at(20):
+        crashed = cli("train", "-c", tiny_config, "--out", run, "--quiet")
     assert isinstance(crashed.exception, RuntimeError)
-    monkeypatch.setattr(checkpoints, "save_checkpoint", real_save)
     assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 10
     assert max(r["step"] for r in metrics(run)) == 20  # steps 11..20 were logged, then lost
 
