@@ -53,7 +53,7 @@ from .runs.folder import check_new_run
 from .runs.metrics import read_metrics
 from .runs.origin import origin_run
 from .runs.reading import NotARun, load_model, read_weights, reading_config
-from .sampling.generate import SampleResult, complete
+from .sampling.generate import SampleResult, complete, generate
 from .text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
 from .text.reading import read_text
 from .text.tasks import task_examples
@@ -681,7 +681,13 @@ class Run:
                 )
             examples = self._examples()
             pairs, what = examples.held_out, f"{examples.source}; {len(examples.held_out):,} held-out examples"
-        result = accuracy(self.model, pairs, self.tokenizer.decode, writable=self.tokenizer.vocab_size)
+        writable = self.tokenizer.vocab_size
+        result = accuracy(self.model, pairs, writable=writable)
+        decode = self.tokenizer.decode
+        for prompt, completion in result.wrong_pairs:  # what greedy decoding writes instead
+            greedy = SampleConfig(max_new_tokens=len(completion), greedy=True)
+            got = [int(step.tokens[0]) for step in generate(self.model, prompt, greedy, writable=writable)]
+            result.wrong.append({"prompt": decode(prompt), "expected": decode(completion), "got": decode(got)})
         result.what = what
         return result
 

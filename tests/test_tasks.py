@@ -147,7 +147,7 @@ def test_exact_match_is_what_greedy_decoding_writes(tmp_path):
     run = minigpt.load(out)
     examples = task_examples(run.cfg, run.tokenizer)
     pairs = examples.held_out[:40]
-    measured = accuracy(run.model, pairs, run.tokenizer.decode, writable=run.tokenizer.vocab_size)
+    measured = accuracy(run.model, pairs, writable=run.tokenizer.vocab_size)
     decoded = [
         run.sample(run.tokenizer.decode(p), greedy=True, max_new_tokens=len(c)) == run.tokenizer.decode(p + c)
         for p, c in pairs

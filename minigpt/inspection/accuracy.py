@@ -6,7 +6,8 @@ is read from one forward pass over prompt + completion: greedy decoding reproduc
 if and only if, at every answer position, the most likely token given the right answer so far is
 the next one (the first wrong token is where both part ways). Per-position accuracy is that
 teacher-forced figure: how often answer token j is the most likely given the prompt and the right
-tokens before it. The wrong examples shown are decoded greedily, as `sample --greedy` writes them.
+tokens before it. The first few wrong examples are kept (`wrong_pairs`); the API decodes them
+greedily, as `sample --greedy` writes them, into `wrong`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class Accuracy:
     examples: int
     right: int  # examples whose whole completion greedy decoding writes
     per_position: list[float]  # answer token j right given the right tokens before it, per j
-    wrong: list[dict[str, str]] = field(default_factory=list)  # a few: prompt, expected, got (greedy)
+    wrong_pairs: list[Pair] = field(default_factory=list, repr=False)  # the first few wrong examples, as ids
+    wrong: list[dict[str, str]] = field(default_factory=list)  # those: prompt, expected, got (greedy)
     what: str = ""  # which examples: "task reverse (8 letters), 1,000 held-out examples"
 
     @property
@@ -47,10 +49,10 @@ class Accuracy:
 
 @torch.inference_mode()
 def accuracy(
-    model: MiniGPT, pairs: list[Pair], decode, writable: int | None = None, batch_size: int = 256, show: int = 5
+    model: MiniGPT, pairs: list[Pair], writable: int | None = None, batch_size: int = 256, show: int = 5
 ) -> Accuracy:
-    """Exact-match and per-position accuracy of `model` on `pairs`; `decode(ids)` writes ids as text
-    for the wrong examples shown; `writable`: the ids the tokenizer has (a padded model has more)."""
+    """Exact-match and per-position accuracy of `model` on `pairs`, keeping the first `show` wrong
+    examples; `writable`: the ids the tokenizer has (a padded model has more)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -72,18 +74,7 @@ def accuracy(
                 if bool(correct.all()):
                     right += 1
                 elif len(wrong) < show:
-                    got = greedy(model, prompt, len(completion), writable)
-                    wrong.append({"prompt": decode(prompt), "expected": decode(completion), "got": decode(got)})
+                    wrong.append((prompt, completion))
     finally:
         model.train(was_training)
-    return Accuracy(len(pairs), right, (hits.double() / counts).tolist(), wrong)
-
-
-def greedy(model: MiniGPT, prompt: list[int], n: int, writable: int | None = None) -> list[int]:
-    """`n` tokens after `prompt`, each the most likely (the examples are within the table)."""
-    device = next(model.parameters()).device
-    ids = list(prompt)
-    for _ in range(n):
-        logits, _ = model(torch.tensor([ids], device=device))
-        ids.append(int(logits[0, -1, :writable].argmax()))
-    return ids[len(prompt) :]
+    return Accuracy(len(pairs), right, (hits.double() / counts).tolist(), wrong_pairs=wrong)

@@ -55,26 +55,22 @@ def check_context(
     """The one refusal for anything longer than the position table, whoever notices it first
     (forward, sampling, trace), so it reads the same wherever it is raised. Without a position
     table (`positions = "none"`) `context` still bounds the window and the KV cache."""
-    if length > context and positions == "none":
-        raise ContextTooLongError(
-            "{what} has {length} tokens but the model's context is {given} ([model] context = {given}); it has "
-            "no position table, but context still bounds the window it attends over and its KV cache, so "
-            "use at most {given} tokens{value}",
-            what=what,
-            length=length,
-            given=context,
-            value=f": {advice}" if advice else "",
-        )
-    if length > context:
-        raise ContextTooLongError(
-            "{what} has {length} tokens but the position table has {given} rows ([model] context = "
-            "{given}); the model has no row for position {given} and will not invent one, so "
-            "use at most {given} tokens{value}",
-            what=what,
-            length=length,
-            given=context,
-            value=f": {advice}" if advice else "",
-        )
+    if length <= context:
+        return
+    bound = (
+        "the model's context is {given} ([model] context = {given}); it has no position table, but context "
+        "still bounds the window it attends over and its KV cache"
+        if positions == "none"
+        else "the position table has {given} rows ([model] context = {given}); the model has no row for "
+        "position {given} and will not invent one"
+    )
+    raise ContextTooLongError(
+        "{what} has {length} tokens but " + bound + ", so use at most {given} tokens{value}",
+        what=what,
+        length=length,
+        given=context,
+        value=f": {advice}" if advice else "",
+    )
 
 
 class TokenOutOfRangeError(MinigptError):

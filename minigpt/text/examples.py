@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,15 @@ class Examples:
         return self.tokenizer.decode(self.held_out[0][0])
 
     def row_tokens(self, context: int) -> int:
-        """Tokens one row of a batch reads, on average: an example less its last token."""
+        """Tokens one row of a batch reads, on average: an example less its last token (read at
+        every step: computed once)."""
+        return self._row_tokens
+
+    @cached_property
+    def _row_tokens(self) -> int:
         return round(sum(len(p) + len(c) - 1 for p, c in self.held_out) / len(self.held_out))
 
-    @property
+    @cached_property
     def val_tokens_per_byte(self) -> float:
         """Of the held-out completions (the only tokens scored), so bits per byte means what it means
         for a text: bits per byte of answer."""

@@ -80,8 +80,8 @@ class Task:
         return ["".join(self.symbols[i] for i in row) for row in picks]
 
     def held_out(self, n: int, seed: int) -> list[str]:
-        """The `n` distinct held-out inputs of a run with this seed, in the order drawn. Refused when
-        the task has fewer than twice as many inputs (training would have little else to draw)."""
+        """The `n` distinct held-out inputs of a run with this seed, in the order drawn (task_examples
+        refuses an `n` over half the task's inputs first: training would have little else to draw)."""
         generator = torch.Generator().manual_seed(seed + HELD_OUT_SEED)
         seen: dict[str, None] = {}
         while len(seen) < n:
