@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from . import __version__
+from .commands.common import wait_to_be_stopped
 from .commands.options import COMMANDS, GROUPS, Options
 from .commands.usage_errors import NoArgsIsHelpError, UsageError
 
@@ -114,6 +115,8 @@ def main() -> None:
         message = " ".join(exc.format_message().split()).rstrip(".")
         if _speaks_for_all():
             typer.echo(f"minigpt: error: {message}; see '{command} --help'", err=True)
+        else:
+            wait_to_be_stopped()
         code = exc.exit_code
     except (typer.Abort, KeyboardInterrupt):  # Ctrl-C while the command line is read
         if _speaks_for_all():

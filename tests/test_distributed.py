@@ -305,8 +305,16 @@ def test_sigterm_stops_both_ranks_and_the_run_resumes_under_torchrun_or_in_one_p
         (["--steps", "abc"], "Invalid value for '--steps': 'abc' is not a valid int"),  # every rank's command line
     ],
 )
-def test_a_refusal_stops_every_rank_with_one_line(runs, mistake, said):
-    result = torchrun(runs, "train", "-c", runs / "tiny.toml", "--out", runs / "out" / "two", *COMMON, *mistake)
+def test_a_refusal_stops_every_rank_with_one_line(runs, tmp_path, mistake, said):
+    # Rank 0 (the one that speaks) starts late, as it may on a busy machine: the others must not end
+    # first, since torchrun then stops rank 0 before it says the line.
+    (tmp_path / "sitecustomize.py").write_text(
+        'import os, time\nif os.environ.get("LOCAL_RANK") == "0":\n    time.sleep(3)\n'
+    )
+    late = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    result = torchrun(
+        runs, "train", "-c", runs / "tiny.toml", "--out", runs / "out" / "two", *COMMON, *mistake, PYTHONPATH=late
+    )
     assert result.returncode != 0
     refusals = [line for line in result.stderr.splitlines() if "minigpt: error:" in line]
     assert len(refusals) == 1 and said in refusals[0], result.stderr[-3000:]

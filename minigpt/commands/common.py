@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,16 @@ def refuse(message: str, code: int = 2) -> NoReturn:
     """One line on stderr, then exit non-zero."""
     typer.echo(f"minigpt: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def wait_to_be_stopped() -> None:
+    """On a torchrun process that leaves what went wrong to another one to say (the first process,
+    which found the same mistake or was told of it): wait to be stopped instead of exiting.
+    torchrun stops every process as soon as one fails, so exiting first could kill the one that
+    speaks before it printed its line, leaving torchrun's report with no reason in it. torchrun
+    sends the signal once that process has failed; the wait is bounded for a launcher that never
+    does."""
+    time.sleep(60)
 
 
 @contextmanager

@@ -19,7 +19,7 @@ import typer
 from .. import api
 from ..api import DivergedError, RankLost, RefusedElsewhere, WriteFailed, estimate_seconds
 from ..errors import MinigptError
-from .common import command_line, say, shown_path, transient, user_errors
+from .common import command_line, say, shown_path, transient, user_errors, wait_to_be_stopped
 from .options import TrainOptions
 
 
@@ -29,7 +29,8 @@ def main(o: TrainOptions) -> None:
         with user_errors():
             try:
                 _train(o)
-            except RefusedElsewhere:  # rank 0 printed the refusal; this rank stops with it, silently
+            except RefusedElsewhere:  # rank 0 prints the refusal; this rank stops with it, silently
+                _after_rank_0()
                 raise typer.Exit(2) from None
     finally:
         if before is not None and signal.getsignal(signal.SIGTERM) is _interrupt:
@@ -40,6 +41,14 @@ def main(o: TrainOptions) -> None:
             # drops Python handlers early in its shutdown, and a copy arriving after that would
             # turn exit status 130 into death by signal.
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _after_rank_0() -> None:
+    """On a rank that leaves a failure to rank 0 to say: wait for rank 0 to say it, where one
+    torchrun launched both (rank 0 is on this machine: GROUP_RANK 0), since that torchrun stops the
+    two together. Another machine's torchrun does not stop this one when rank 0 fails."""
+    if not api.speaks() and os.environ.get("GROUP_RANK", "0") == "0":
+        wait_to_be_stopped()
 
 
 def _interrupt(signum, frame):
@@ -74,6 +83,7 @@ def _train(o: TrainOptions) -> None:
     except (RankLost, DivergedError) as exc:  # rank 0 says it; the others stop with it
         if speaks:
             raise
+        _after_rank_0()
         raise typer.Exit(exc.exit_code) from None
     except WriteFailed as exc:  # said with the command that resumes
         raise WriteFailed(exc.reason, exc.run, exc.checkpoint_step, resume_with=_resume_command(o)) from None
