@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -303,3 +304,32 @@ def power_cut_at(step: int):
         yield
     finally:
         checkpoints.save_checkpoint = real
+
+
+@contextlib.contextmanager
+def serving(run_dir: Path, *flags: str):
+    """`minigpt explore --run RUN_DIR --port 0 FLAGS` as a real process: its address while it serves,
+    then Ctrl-C, after which it must have stopped cleanly."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "minigpt", "explore", "--run", str(run_dir), "--port", "0", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        # Ctrl-C as a terminal sends it: a suite started in the background (`.ci/run &`) starts its
+        # children with SIGINT ignored, and Python then installs no KeyboardInterrupt for it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (url, process.stderr.read() if process.poll() is not None else "")
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        assert process.returncode == 0 and "Traceback" not in stderr, stderr
+        assert "minigpt explore: stopped" in stderr

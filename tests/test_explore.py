@@ -14,7 +14,6 @@ patching views of a tiny trained run)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.client
 import importlib.util
@@ -22,7 +21,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fine_tune_tiny_run, train_tiny_run
+from conftest import fine_tune_tiny_run, serving, train_tiny_run
 
 import minigpt
 from minigpt.sampling.generate import next_token_distribution
@@ -48,33 +46,6 @@ SCREENSHOTS = os.environ.get("MINIGPT_SCREENSHOTS")  # a folder, e.g. docs: writ
 
 
 # ---------------------------------------------------------------- servers and the command line beside them
-
-
-@contextlib.contextmanager
-def serving(run_dir: Path, *flags: str):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "minigpt", "explore", "--run", str(run_dir), "--port", "0", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-        # Ctrl-C as a terminal sends it: a suite started in the background (`.ci/run &`) starts its
-        # children with SIGINT ignored, and Python then installs no KeyboardInterrupt for it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    try:
-        url = process.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), (url, process.stderr.read() if process.poll() is not None else "")
-        yield url
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            _, stderr = process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        assert process.returncode == 0 and "Traceback" not in stderr, stderr
-        assert "minigpt explore: stopped" in stderr
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import urllib.request
 
 import pytest
 import torch
-from conftest import power_cut_at, train_tiny_run
+from conftest import power_cut_at, serving, train_tiny_run
 
 from minigpt.config import load_config
 from minigpt.memory import lora_parameter_count, training_bytes
@@ -209,9 +210,12 @@ def test_samples_while_a_lora_run_trains_are_the_adapted_models(base, tmp_path):
     assert adapted == merged != [int(step.tokens[0]) for step in generate(plain, [1, 2, 3], greedy)]
 
 
-def test_a_lora_runs_trace_compares_with_its_base_unless_told_not_to(cli, base, tmp_path):
+def test_a_lora_runs_trace_and_page_compare_with_its_base_unless_told_not_to(cli, base, tmp_path):
     out = fine_tune(cli, base, tmp_path / "lora", "--steps", "4", "--set", "train.learning_rate=0.05")
     compared = json.loads(cli("trace", "--run", out, "-p", "ROMEO", "--json").stdout)
     assert compared["compared_run"] == str(base) and "kl_divergence" in compared
     alone = json.loads(cli("trace", "--run", out, "-p", "ROMEO", "--json", "--compare-run", "none").stdout)
     assert "compared_run" not in alone and alone["blocks"] == compared["after"]["blocks"]
+    for flags, beside in (((), str(base)), (("--compare-run", "none"), None)):
+        with serving(out, *flags) as url, urllib.request.urlopen(url + "api/model", timeout=60) as answer:
+            assert json.load(answer)["compare_run"] == beside, flags

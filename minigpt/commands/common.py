@@ -24,6 +24,14 @@ def refuse(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def compare_run_given(run: Run, given: str | None) -> str | None:
+    """--compare-run as given; for a LoRA run, its base ("origin"), which is there whenever the
+    LoRA run can be read at all, unless told otherwise ("none")."""
+    if given is None and run.cfg.train.lora_rank:
+        return "origin"
+    return None if given == "none" else given
+
+
 def wait_to_be_stopped() -> None:
     """On a torchrun process that leaves what went wrong to another one to say (the first process,
     which found the same mistake or was told of it): wait to be stopped instead of exiting.

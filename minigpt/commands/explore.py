@@ -49,7 +49,7 @@ import typer
 
 from ..errors import MinigptError
 from ..explore.explorer import Explorer
-from .common import opened, user_errors
+from .common import compare_run_given, opened, user_errors
 from .options import ExploreOptions
 
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
@@ -68,7 +68,8 @@ WILDCARD = {"", "0.0.0.0", "::"}
 def main(o: ExploreOptions) -> None:
     with user_errors():
         run = opened(o)
-        compared = None if o.compare_run is None else run.comparison_run(o.compare_run)
+        given = compare_run_given(run, o.compare_run)
+        compared = None if given is None else run.comparison_run(given)
         folder = resources.files("minigpt").joinpath("explore")
         files = {path: (folder.joinpath(name).read_bytes(), kind) for path, (name, kind) in FILES.items()}
         handler = _handler(Explorer(run, compared), files)

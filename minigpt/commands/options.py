@@ -30,7 +30,7 @@ RUN_HELP = "Run folder to read; alone, it supplies its own config (default: the 
 COMPARE_RUN_HELP = (
     "Another run of the same shape and tokenizer to compare with, stage by stage: its pass before, this run's "
     "after; the word origin: the run this one was fine-tuned from (a folder named origin: ./origin); a LoRA "
-    "run's trace compares with its base unless this says none."
+    "run is compared with its base unless this says none."
 )
 
 # The options several commands share.

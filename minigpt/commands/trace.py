@@ -9,7 +9,7 @@ import typer
 from ..api import Comparison, Trace
 from ..inspection.trace_text import check_digits, render_comparison, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
-from .common import opened, shown_path, user_errors
+from .common import compare_run_given, opened, shown_path, user_errors
 from .options import TraceOptions
 
 
@@ -33,7 +33,7 @@ def main(o: TraceOptions) -> None:
             versus=o.versus,
             grad=o.grad,
             target=o.target,
-            compare_run=_compared(run, o.compare_run),
+            compare_run=compare_run_given(run, o.compare_run),
         )
         if isinstance(result, Comparison):
             if o.png is not None and result.after.attribution is not None:
@@ -61,13 +61,6 @@ def _folders_shown(result: Comparison) -> Comparison:
     if result.compared_run is None:
         return result
     return replace(result, run=shown_path(result.run), compared_run=shown_path(result.compared_run))
-
-
-def _compared(run, given: str | None) -> str | None:
-    """--compare-run as given; for a LoRA run, its base ("origin") unless told otherwise ("none")."""
-    if given is None and run.cfg.train.lora_rank:
-        return "origin"
-    return None if given == "none" else given
 
 
 def _save(result: Trace, path) -> None:
