@@ -5,7 +5,7 @@
     run = minigpt.load("runs/mine")
     run.sample("ROMEO:", max_new_tokens=100, seed=1)
 
-`load` and `train` are the Python API (minigpt/api.py), the layer the command line stands on.
+`load` and `train` are the Python API (minigpt/api/), the layer the command line stands on.
 torch is imported when one of them is first used, not by `import minigpt`, so the command line
 answers `minigpt --help` at once.
 """

@@ -31,7 +31,7 @@ def test_train_is_the_function_even_once_every_module_is_imported():
     import minigpt.commands.train  # noqa: F401
     import minigpt.training.trainer  # noqa: F401
 
-    assert callable(minigpt.train) and minigpt.train.__module__ == "minigpt.api"
+    assert callable(minigpt.train) and minigpt.train.__module__ == "minigpt.api.training"
 
 
 def test_a_sample_is_the_text_the_command_line_prints(run_dir, cli):

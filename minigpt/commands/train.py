@@ -36,7 +36,7 @@ def main(o: TrainOptions) -> None:
         if before is not None and signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGTERM, before)
         elif before is not None:
-            # A SIGTERM stopped training, and more copies of it may come (see api.py) while the
+            # A SIGTERM stopped training, and more copies of it may come (see api/training.py) while the
             # process ends. SIG_IGN rather than the Python handler training left: the interpreter
             # drops Python handlers early in its shutdown, and a copy arriving after that would
             # turn exit status 130 into death by signal.

@@ -1,261 +1,38 @@
-"""The Python API, the layer the commands stand on: training a run, and a run opened for reading.
-
-    result = minigpt.train(data="my.txt", out="runs/mine", steps=200, set={"model.n_layer": 2})
-    minigpt.train(data="books/", out="runs/books")      # every *.txt under a folder (or a list of paths)
-    run = minigpt.load("runs/default")                 # or checkpoint="best"
-    run.sample("ROMEO:", max_new_tokens=100, seed=1)    # the text; num_samples=3 gives a list
-    run.trace("ROMEO:")                                 # a Trace, as `minigpt trace --json` prints
-    run.trace("ROMEO:", grad=True).gradient             # d loss / d row of every stage, as `trace --grad`
-    run.trace("ROMEO:", scale={"0.attention": 0.0})     # a Comparison, as `trace --compare`
-    run.trace("ROMEO:", compare_run="origin")           # what fine-tuning changed: its origin run, then it
-    run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
-    run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
-    run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
-    run.accuracy()                                      # a task run's held-out exact-match accuracy
-    run.export("safetensors", "out/")                   # or "hf": a GPT-2 folder transformers loads
-    minigpt.api.import_hf("gpt2/", "runs/gpt2")         # a GPT-2 folder (or import_nanogpt) as a run
-    minigpt.api.metrics("runs/mine")                    # the metrics log: training and evaluation records
-
-Refusals are `MinigptError`s with the messages the command line prints (parameters named as the
-arguments here, where the command line names its flags); nothing here prints or exits. The command
-line stands on this module alone (and on the text and picture renderers of minigpt.inspection), so
-the errors a caller may catch are importable from here too. A method
-computes where `[train] device` says, on `[train] threads` threads: one for a single sample and for
-a trace when threads is 0, as the commands do, since their matmuls are too small to share.
-"""
+"""`minigpt.load` and the Run it returns: a run folder opened for reading, to sample from, trace,
+attribute, patch, score and export."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import failpoints
-from .config import Config, SampleConfig, load_config, updated
-from .device import keep_freed_memory, pick_device, use_threads
-from .errors import MinigptError, Phrase, parameter
-from .inspection import attribution, patching
-from .inspection import interventions as edits
-from .inspection.accuracy import Accuracy, accuracy
-from .inspection.attribution import Attribution, check_decomposable
-from .inspection.patching import Patching
-from .inspection.scoring import Scores, score
-from .inspection.trace import Comparison, Trace, put_back, shape_differences, tokens_to_trace, trace_position
-from .inspection.trace import compare as compare_passes
-from .interchange import convert, hf, nanogpt, peft
-from .interchange import export as exporting
-from .io import no_progress
-from .model.gpt import MiniGPT
-from .runs.folder import check_new_run
-from .runs.metrics import read_metrics
-from .runs.origin import origin_run
-from .runs.reading import NotARun, load_model, read_weights, reading_config
-from .sampling.generate import SampleResult, complete, generate
-from .text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
-from .text.reading import read_text
-from .text.tasks import task_examples
-from .text.tokenizer import TextTokenizer
-from .training import distributed
-from .training.distributed import RankLost, RefusedElsewhere, speaks
-from .training.events import Listener
-from .training.listeners import CheckpointSaver, run_folder_listeners
-from .training.progress import TrainingProgress, preparation, task
-from .training.session import Session, TrainingSession
-from .training.trainer import DivergedError, Trainer, TrainResult, WriteFailed, estimate_seconds
-
-__all__ = [
-    "Accuracy",
-    "Attribution",
-    "Comparison",
-    "DivergedError",
-    "MinigptError",
-    "Patching",
-    "RankLost",
-    "RefusedElsewhere",
-    "Run",
-    "Scores",
-    "Trace",
-    "TrainResult",
-    "WriteFailed",
-    "estimate_seconds",
-    "export",
-    "import_hf",
-    "import_nanogpt",
-    "load",
-    "metrics",
-    "read_prompt",
-    "speaks",
-    "train",
-]
+from ..config import Config, SampleConfig, updated
+from ..device import pick_device, use_threads
+from ..errors import MinigptError, Phrase, parameter
+from ..inspection import attribution, patching
+from ..inspection import interventions as edits
+from ..inspection.accuracy import Accuracy, accuracy
+from ..inspection.attribution import Attribution, check_decomposable
+from ..inspection.patching import Patching
+from ..inspection.scoring import Scores, score
+from ..inspection.trace import Comparison, Trace, put_back, shape_differences, tokens_to_trace, trace_position
+from ..inspection.trace import compare as compare_passes
+from ..interchange import export as exporting
+from ..interchange import peft
+from ..model.gpt import MiniGPT
+from ..runs.origin import origin_run
+from ..runs.reading import NotARun, load_model, read_weights, reading_config
+from ..sampling.generate import SampleResult, complete, generate
+from ..text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
+from ..text.reading import read_text
+from ..text.tasks import task_examples
+from ..text.tokenizer import TextTokenizer
+from .arguments import overrides
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
 SAMPLE_SETTINGS = tuple(f.name for f in fields(SampleConfig) if f.name != "prompt")
-
-
-def train(
-    data: str | Path | Sequence[str | Path] | None = None,
-    out: str | Path | None = None,
-    steps: int | None = None,
-    *,
-    config: str | Path | None = None,
-    set: Mapping[str, Any] | Sequence[str] = (),
-    init_from: str | Path | None = None,
-    init_checkpoint: str | None = None,
-    task: str | None = None,
-    task_length: int | None = None,
-    resume: bool = False,
-    force: bool = False,
-    progress: bool = True,
-    listeners: Sequence[Listener] = (),
-    on_start: Callable[[Session], None] | None = None,
-    preparing: Callable[[str], AbstractContextManager] | None = None,
-) -> TrainResult:
-    """Train a run: `config` (default: the shipped configs/default.toml) with `set` overrides, on
-    `data` (a text file, a folder of *.txt files, a list of them, or a .jsonl file of prompt/completion
-    pairs), or on a generated `task` ("reverse", "sort", "copy", "add"; `task_length` its size), into
-    the run folder `out`, for `steps` steps; `init_from` a run folder fine-tunes it
-    (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
-    `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
-    `listeners` hear every event (events.py); `on_start(session)` is called once everything is
-    checked, before the first step (the command prints its summary there). Interrupting (Ctrl-C, a
-    notebook's stop button, or SIGTERM) finishes the step, saves a checkpoint and returns with
-    `stopped`; `resume=True` continues. After a SIGTERM the process ignores SIGTERM (the copies a
-    scheduler and torchrun send of that one request), so it ends on its own. Returns the
-    TrainResult (`result.run` is the folder to load)."""
-    given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
-    given |= {"task": task, "task_length": task_length}
-    train_keys = {key: _plain(value) for key, value in given.items() if value is not None}
-
-    def read_config() -> Config:
-        if resume and force:
-            raise MinigptError(
-                "{resume:on} and {force:on} contradict each other; {resume:on} continues a run, {force:on} replaces it"
-            )
-        cfg = load_config(config, overrides(set), {"train": train_keys})
-        if not cfg.train.recompute:  # recompute asks for memory: freed blocks go back to the system
-            keep_freed_memory()  # fewer fresh pages per step: see device.py
-        if cfg.train.tensorboard:
-            from .training.tensorboard import require
-
-            require()  # before anything is written
-        return cfg
-
-    session = TrainingSession(
-        read_config,
-        resume=resume,
-        force=force,
-        preparing=preparing or (lambda message: nullcontext()),
-        progress=preparation if progress else None,
-    )
-    progress = progress and session.speaks  # under torchrun, rank 0 alone shows anything
-    interrupts = _Interrupts()
-    # Entered before the session, so left after it: a SIGTERM that arrives while the ranks leave
-    # together is still one of the stop's copies, not an interruption of leaving.
-    with interrupts, session as s:
-        if s.finished:
-            return TrainResult(s.step, 0, 0.0, 0.0, total=s.cfg.train.steps, run=s.cfg.run_dir, checkpoint_step=s.step)
-        if on_start is not None:
-            on_start(s)
-        bar = TrainingProgress(s.step, s.cfg.train.steps) if progress else None
-        prompt = s.cfg.train.sample_prompt or s.corpus.sample_start.strip("\n")
-
-        def sample_shown(step: int, text: str) -> None:
-            bar.write(f"--- sample at step {step} ---\n{prompt + text}")
-
-        saver = CheckpointSaver(s)
-        try:
-            # Opening the metrics log rewrites it on resume, which can fail (a disk still full): agreed,
-            # so the other ranks stop with rank 0 instead of waiting for it at the first step.
-            writers = distributed.agree(s.world, lambda: run_folder_listeners(s, saver, sample_shown if bar else None))
-            trainer = Trainer(s, [*writers, *([bar] if bar else []), *listeners])
-            interrupts.stop_with(trainer.request_stop)
-            result = trainer.run()
-            if result.stopped and s.world.distributed:
-                # Perhaps at another rank's request, whose SIGTERM may still be on its way here.
-                interrupts.terminating = True
-        except OSError as exc:  # a full disk, a vanished folder: the last checkpoint was replaced atomically
-            raise WriteFailed(str(exc.strerror or exc), s.cfg.run_dir, saver.last_step) from None
-    failpoints.reach("train-end")
-    result.run, result.checkpoint_step = s.cfg.run_dir, saver.last_step
-    if result.diverged is not None:
-        d = result.diverged
-        raise DivergedError(
-            "step {step}'s loss or gradient is not finite (loss {loss}, gradient norm {grad_norm}): it was "
-            "not applied and training stopped; the last good checkpoint (step {last_step}) is intact in "
-            "{run_dir}. Lower train.learning_rate (and train.muon_learning_rate, which Muon's matrices take){clip} "
-            "and train again with {force:on}; {resume:on} retries from step {last_step} with the same settings",
-            clip=" or set train.grad_clip (for example 1.0)" if s.cfg.train.grad_clip == 0 else "",
-            step=d.step,
-            loss=d.loss,
-            grad_norm=d.grad_norm,
-            last_step=saver.last_step,
-            run_dir=s.cfg.run_dir,
-        )
-    return result
-
-
-def _changes(scale, replace_residual, ablate_head, set_input) -> list:
-    """Interventions as the API takes them (a mapping or texts, numbers or texts), parsed."""
-    return edits.parse(
-        scale=[f"{k}={v}" for k, v in scale.items()] if isinstance(scale, Mapping) else list(scale),
-        replace_residual=[str(b) for b in replace_residual],
-        ablate_head=[str(h) for h in ablate_head],
-        set_input=set_input if isinstance(set_input, str) or set_input is None else ",".join(map(str, set_input)),
-    )
-
-
-def _plain(value: Any) -> Any:
-    """A path as the text config reads, a list of paths (several `data`) as a list of texts."""
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return str(value) if isinstance(value, Path) else value
-
-
-class _Interrupts:
-    """Ctrl-C and SIGTERM from the training loop on, through the ranks leaving together: the first
-    asks for a stop at the next step boundary, with a checkpoint; a second Ctrl-C stops at once. A
-    second SIGTERM never does: one stop arrives as several SIGTERMs, each at a moment of its own (a
-    scheduler signals torchrun and every worker, and torchrun forwards its own copy to each), so a
-    copy can come after the loop has stopped, even after train() has returned. Hence once a SIGTERM
-    has arrived (or, under torchrun, the ranks have agreed to stop: perhaps for another rank's),
-    leaving does not put back the caller's SIGTERM handler but one that ignores the copies: the
-    process was asked to end, and a copy must not cut short its cleanup or its last message."""
-
-    def __init__(self) -> None:
-        self.previous: dict[int, Any] | None = None  # the handlers replaced; None before stop_with
-        self.asked: list[int] = []
-        self.terminating = False  # copies of a SIGTERM may still come
-
-    def stop_with(self, request_stop: Callable[[], None]) -> None:
-        """From now on a signal calls `request_stop` (where handlers can be set: the main thread)."""
-        self.request_stop = request_stop
-        try:
-            self.previous = {sig: signal.signal(sig, self._handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-        except ValueError:  # not the main thread (e.g. some test runners): leave Ctrl-C alone
-            self.previous = None
-
-    def _handler(self, signum, frame) -> None:
-        if self.asked and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.asked.append(signum)
-        self.terminating = self.terminating or signum == signal.SIGTERM
-        self.request_stop()
-
-    def __enter__(self) -> _Interrupts:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self.previous is None:
-            return
-        signal.signal(signal.SIGINT, self.previous[signal.SIGINT])
-        signal.signal(signal.SIGTERM, _ignore_copy if self.terminating else self.previous[signal.SIGTERM])
-
-
-def _ignore_copy(signum, frame) -> None:
-    """SIGTERM once training has stopped on one: a copy of that request (see _Interrupts)."""
 
 
 def load(
@@ -275,17 +52,14 @@ def load(
     return Run(Path(run_dir), cfg, model, tokenizer, checkpoint)
 
 
-def overrides(values: Mapping[str, Any] | Sequence[str]) -> list[str]:
-    """{"model.n_layer": 2} or ["model.n_layer=2"] as the `section.key=value` texts config reads."""
-    if isinstance(values, Mapping):
-        return [f"{key}={_toml(value)}" for key, value in values.items()]
-    return [str(v) for v in values]
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _changes(scale, replace_residual, ablate_head, set_input) -> list:
+    """Interventions as the API takes them (a mapping or texts, numbers or texts), parsed."""
+    return edits.parse(
+        scale=[f"{k}={v}" for k, v in scale.items()] if isinstance(scale, Mapping) else list(scale),
+        replace_residual=[str(b) for b in replace_residual],
+        ablate_head=[str(h) for h in ablate_head],
+        set_input=set_input if isinstance(set_input, str) or set_input is None else ",".join(map(str, set_input)),
+    )
 
 
 @dataclass
@@ -712,93 +486,3 @@ class Run:
         if refusal:
             raise MinigptError("{format} peft adapts a GPT-2 folder, which cannot express {refusal}", refusal=refusal)
         return peft.write_adapter(saved["model"], saved["lora"], saved["lora"]["base"]["run"], Path(out))
-
-
-def export(
-    run: str | Path | None = None,
-    *,
-    format: str,
-    out: str | Path,
-    checkpoint: str = "last",
-    config: str | Path | None = None,
-    set: Mapping[str, Any] | Sequence[str] = (),
-) -> list[Path]:
-    """`load(run, ...)` then `Run.export(format, out)`, with the format and the folder checked
-    before the model is read (a large one takes a while)."""
-    exporting.check_export(format, Path(out))
-    return load(run, checkpoint=checkpoint, config=config, set=set).export(format, out)
-
-
-# ---------------------------------------------------------------- models from elsewhere
-
-
-def import_hf(
-    folder: str | Path,
-    out: str | Path,
-    *,
-    context: int | None = None,
-    force: bool = False,
-    progress: bool = True,
-    adapter: str | Path | None = None,
-) -> convert.Imported:
-    """A Hugging Face GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, and its
-    tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
-    use like any other. `context` keeps the position table's first rows; `force` replaces what
-    `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
-    `adapter`: a PEFT LoRA adapter folder for it, merged into the weights (W + scale B A). Returns
-    what was imported (its [model] section, tokenizer and origin)."""
-
-    def read(bar) -> convert.Imported:
-        imported = hf.read_hf_gpt2(Path(folder), context=context, progress=bar)
-        if adapter is not None:
-            for name, delta in peft.read_adapter(Path(adapter), imported.model.n_layer).items():
-                weight = imported.state[name]
-                imported.state[name] = (weight.double() + delta).to(weight.dtype)
-            imported.origin["adapter"] = str(Path(adapter).resolve())
-        return imported
-
-    return _imported(out, force, read, progress)
-
-
-def import_nanogpt(
-    path: str | Path,
-    out: str | Path,
-    *,
-    meta: str | Path | None = None,
-    tokenizer: str | Path | None = None,
-    context: int | None = None,
-    force: bool = False,
-    progress: bool = True,
-) -> convert.Imported:
-    """A nanoGPT checkpoint (its ckpt.pt, or the out folder holding it) as the run folder `out`:
-    with `meta` its char-level dataset's meta.pkl, with `tokenizer` a GPT-2 tokenizer folder for its
-    BPE checkpoints. The rest as `import_hf`."""
-
-    def read(bar) -> convert.Imported:
-        return nanogpt.read_nanogpt(
-            Path(path),
-            meta=None if meta is None else Path(meta),
-            tokenizer_dir=None if tokenizer is None else Path(tokenizer),
-            context=context,
-            progress=bar,
-        )
-
-    return _imported(out, force, read, progress)
-
-
-def _imported(out: str | Path, force: bool, read: Callable, progress: bool) -> convert.Imported:
-    check_new_run(Path(out), force)  # before reading anything: a large checkpoint takes a while
-    imported = read(task if progress else no_progress)
-    convert.write_run(imported, Path(out), force=force)
-    return imported
-
-
-def metrics(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-    """A run's metrics.jsonl: {"train": [...], "eval": [...]}, one dict per logged step and per
-    evaluation, as `minigpt plot` draws them."""
-    return read_metrics(Path(path))
-
-
-def read_prompt(path: str | Path) -> str:
-    """A prompt kept in a UTF-8 file (refused, saying why, when it cannot be read as text)."""
-    return read_text(path, "prompt file")[0]

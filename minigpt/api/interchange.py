@@ -1,0 +1,94 @@
+"""Weights in and out: a run exported to another format, and models from elsewhere (a GPT-2 folder,
+with a PEFT adapter or not; a nanoGPT checkpoint) imported as run folders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..interchange import convert, hf, nanogpt, peft
+from ..interchange import export as exporting
+from ..io import no_progress
+from ..runs.folder import check_new_run
+from ..training.progress import task
+from .run import load
+
+
+def export(
+    run: str | Path | None = None,
+    *,
+    format: str,
+    out: str | Path,
+    checkpoint: str = "last",
+    config: str | Path | None = None,
+    set: Mapping[str, Any] | Sequence[str] = (),
+) -> list[Path]:
+    """`load(run, ...)` then `Run.export(format, out)`, with the format and the folder checked
+    before the model is read (a large one takes a while)."""
+    exporting.check_export(format, Path(out))
+    return load(run, checkpoint=checkpoint, config=config, set=set).export(format, out)
+
+
+# ---------------------------------------------------------------- models from elsewhere
+
+
+def import_hf(
+    folder: str | Path,
+    out: str | Path,
+    *,
+    context: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    adapter: str | Path | None = None,
+) -> convert.Imported:
+    """A Hugging Face GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, and its
+    tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
+    use like any other. `context` keeps the position table's first rows; `force` replaces what
+    `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
+    `adapter`: a PEFT LoRA adapter folder for it, merged into the weights (W + scale B A). Returns
+    what was imported (its [model] section, tokenizer and origin)."""
+
+    def read(bar) -> convert.Imported:
+        imported = hf.read_hf_gpt2(Path(folder), context=context, progress=bar)
+        if adapter is not None:
+            for name, delta in peft.read_adapter(Path(adapter), imported.model.n_layer).items():
+                weight = imported.state[name]
+                imported.state[name] = (weight.double() + delta).to(weight.dtype)
+            imported.origin["adapter"] = str(Path(adapter).resolve())
+        return imported
+
+    return _imported(out, force, read, progress)
+
+
+def import_nanogpt(
+    path: str | Path,
+    out: str | Path,
+    *,
+    meta: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    context: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> convert.Imported:
+    """A nanoGPT checkpoint (its ckpt.pt, or the out folder holding it) as the run folder `out`:
+    with `meta` its char-level dataset's meta.pkl, with `tokenizer` a GPT-2 tokenizer folder for its
+    BPE checkpoints. The rest as `import_hf`."""
+
+    def read(bar) -> convert.Imported:
+        return nanogpt.read_nanogpt(
+            Path(path),
+            meta=None if meta is None else Path(meta),
+            tokenizer_dir=None if tokenizer is None else Path(tokenizer),
+            context=context,
+            progress=bar,
+        )
+
+    return _imported(out, force, read, progress)
+
+
+def _imported(out: str | Path, force: bool, read: Callable, progress: bool) -> convert.Imported:
+    check_new_run(Path(out), force)  # before reading anything: a large checkpoint takes a while
+    imported = read(task if progress else no_progress)
+    convert.write_run(imported, Path(out), force=force)
+    return imported
