@@ -51,7 +51,7 @@ POINTS = {
     ),
     "metrics-open": "training.listeners.MetricsLog: metrics.jsonl is about to be opened (rewritten first on resume)",
     "train-end": (
-        "api.train: training is over (done or stopped) and its session left, every rank out of the process "
+        "api.training.train: training is over (done or stopped) and its session left, every rank out of the process "
         "group; train() is about to return"
     ),
 }
