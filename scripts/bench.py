@@ -588,9 +588,9 @@ LARGE_TEXT_CHILD = r"""
 import json, resource, sys, time
 t0 = time.time()
 from minigpt.config import load_config
-from minigpt.data import load_corpus
-from minigpt.session import build
-from minigpt.trainer import Trainer
+from minigpt.text.corpus import load_corpus
+from minigpt.training.session import build
+from minigpt.training.trainer import Trainer
 cfg = load_config(None, ["train.data=" + json.dumps(sys.argv[1]), "train.batch_size=64"])
 imported = time.time()
 corpus = load_corpus(cfg)

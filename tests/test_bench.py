@@ -124,6 +124,26 @@ def test_the_versions_children_time_this_checkouts_step_and_api_sampling(bench, 
     assert json.loads(sample.stdout.splitlines()[-1])["tokens_per_s"] > 0
 
 
+def test_the_large_text_child_prepares_the_text_and_takes_a_first_step(bench, tiny_text, tmp_path):
+    """The child process the 100 MB figure is timed in, on a small text: it imports this checkout's
+    modules and reports each moment it times."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", bench.LARGE_TEXT_CHILD, str(tiny_text)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["start"] <= r["imported"] <= r["prepared"] <= r["first_step"] and r["train_tokens"] > 0
+
+
 def test_the_patching_sweeps_arithmetic_counts_the_rows_each_patch_recomputes(bench):
     from minigpt.config import ModelConfig
     from minigpt.inspection.patching import Patch, sweep
