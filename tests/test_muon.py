@@ -54,7 +54,7 @@ def assert_same(a, b) -> None:
 def test_batched_muon_steps_as_torch_muon_does(options):
     a, b = matrices(), matrices()
     reference = torch.optim.Muon(a, lr=0.02, **options)
-    batched = BatchedMuon(b, lr=0.02, **options)
+    batched = BatchedMuon(b, lr=0.02, ns_dtype=torch.bfloat16, **options)  # as torch.optim.Muon does
     for step in range(8):
         step_both(reference, batched, a, b, step, skip=3 if step == 4 else None)
     assert_same(a, b)
@@ -91,7 +91,7 @@ def test_the_state_dict_is_torch_muons_and_loads_either_way(saved_by):
     # copies of the weights, and continue: the run goes on as the saver would have gone on.
     a, b = matrices(), matrices()
     reference = torch.optim.Muon(a, lr=0.02, adjust_lr_fn="match_rms_adamw")
-    batched = BatchedMuon(b, lr=0.02, adjust_lr_fn="match_rms_adamw")
+    batched = BatchedMuon(b, lr=0.02, adjust_lr_fn="match_rms_adamw", ns_dtype=torch.bfloat16)
     for step in range(3):
         step_both(reference, batched, a, b, step)
     state = saved(reference if saved_by == "torch" else batched)
@@ -99,7 +99,9 @@ def test_the_state_dict_is_torch_muons_and_loads_either_way(saved_by):
     assert all(set(s) == {"momentum_buffer"} for s in state["state"].values())
 
     c = [torch.nn.Parameter(p.detach().clone()) for p in (a if saved_by == "torch" else b)]
-    loaded = (BatchedMuon if saved_by == "torch" else torch.optim.Muon)(c, lr=0.02, adjust_lr_fn="match_rms_adamw")
+    kind = BatchedMuon if saved_by == "torch" else torch.optim.Muon
+    extra = {"ns_dtype": torch.bfloat16} if kind is BatchedMuon else {}
+    loaded = kind(c, lr=0.02, adjust_lr_fn="match_rms_adamw", **extra)
     loaded.load_state_dict(state)
     going_on = a if saved_by == "torch" else b
     for step in range(3, 6):
@@ -108,6 +110,36 @@ def test_the_state_dict_is_torch_muons_and_loads_either_way(saved_by):
         (reference if saved_by == "torch" else batched).step()
         loaded.step()
     assert_same(going_on, c)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_newton_schulz_runs_in_bfloat16_only_where_bfloat16_is_native(native, monkeypatch):
+    # Emulated bfloat16 matmuls (a CPU without AVX-512 BF16 or AMX) ran 70x slower than float32 ones:
+    # there the iterations run in float32, the same algorithm, within bf16 rounding of torch's.
+    monkeypatch.setattr("minigpt.training.optimizers.native_bfloat16", lambda device: native)
+    a, b = matrices(), matrices()
+    reference = torch.optim.Muon(a, lr=0.02, adjust_lr_fn="match_rms_adamw")
+    batched = BatchedMuon(b, lr=0.02, adjust_lr_fn="match_rms_adamw")
+    assert batched.ns_dtype == (torch.bfloat16 if native else torch.float32)
+    for step in range(8):
+        step_both(reference, batched, a, b, step)
+    # float32 against torch's bfloat16: each step differs by bf16's rounding of the update (measured:
+    # 5e-4 after one step, 6.5e-4 after eight, of updates that moved the weights by 0.07)
+    for p, q in zip(a, b, strict=True):
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=0, atol=ATOL if native else 2 * ATOL)
+    assert all(p.dtype == torch.float32 for p in b)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_float64_run_orthogonalises_in_float64_on_every_machine(native, monkeypatch):
+    monkeypatch.setattr("minigpt.training.optimizers.native_bfloat16", lambda device: native)
+    b = [torch.nn.Parameter(p.detach().double()) for p in matrices()]
+    batched = BatchedMuon(b, lr=0.02)
+    assert batched.ns_dtype == torch.float64
+    for p, g in zip(b, gradients(0), strict=True):
+        p.grad = g.double()
+    batched.step()
+    assert all(p.dtype == torch.float64 for p in b)
 
 
 def test_its_momentum_buffers_are_views_of_one_stack_per_shape():
