@@ -8,7 +8,10 @@ The counts are worked out from the [model] section alone, so no tensor is built 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .config import ModelConfig, lora_targets
+from .counts import block_matrices, parameter_counts
 from .device import available_memory
 from .errors import MinigptError
 
@@ -17,17 +20,8 @@ MARGIN = 64 << 20  # the interpreter, torch's own buffers, the tokenizer: a fixe
 
 
 def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:
-    """MiniGPT(cfg, vocab_size).num_parameters(), from the shapes model.py gives each layer."""
-    C, F = cfg.n_embd, cfg.ffn_hidden
-    bias = 1 if cfg.bias else 0
-    norm = 0 if cfg.norm == "none" else C + (C * bias if cfg.norm == "layernorm" else 0)  # RMSNorm has no bias
-    widen = 2 if cfg.activation == "swiglu" else 1  # W1 holds the gate and the value
-    attention = 3 * C * C + 3 * C * bias + C * C + C * bias  # W_Q | W_K | W_V, W_O
-    ffn = widen * F * C + widen * F * bias + F * C + C * bias if F else 0  # W1, W2 (ffn_hidden = 0: none)
-    block = (2 if F else 1) * norm + attention + ffn
-    head = 0 if cfg.tie_embeddings else vocab_size * C
-    positions = cfg.context * C if cfg.positions == "learned" else 0
-    return vocab_size * C + positions + cfg.n_layer * block + norm + head
+    """MiniGPT(cfg, vocab_size).num_parameters(): the sum of counts.py's parts."""
+    return parameter_counts(cfg, vocab_size).total
 
 
 def forward_bytes(cfg: ModelConfig, vocab_size: int, positions: int, batch: int = 1, recorded: bool = False) -> int:
@@ -54,6 +48,51 @@ def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
     return 2 * parameter_count(cfg, vocab_size) * width + cache + window + MARGIN
 
 
+@dataclass(frozen=True)
+class TrainingMemory:
+    """Bytes training holds at once, by what holds them (see `training_memory`)."""
+
+    weights: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer_state + self.activations
+
+
+def training_memory(
+    cfg: ModelConfig,
+    vocab_size: int,
+    batch_size: int,
+    optimizer: str,
+    lora: tuple[int, str] | None = None,
+    recompute: bool = False,
+) -> TrainingMemory:
+    """About what training holds at once: parameters, gradients and optimizer state (two AdamW
+    moments, or one Muon momentum for the blocks' matrices and two for the rest), and one
+    micro-batch's activations kept for the backward pass (per block and position: about 12
+    width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over).
+    `optimizer` "auto": whichever it takes, at most AdamW's two moments.
+    `lora` (rank, targets): the parameters frozen (no gradient, no state), the adapters trained.
+    `recompute`: each block's input kept, and one block's activations at a time."""
+    width = DTYPE_BYTES[cfg.dtype]
+    hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
+    block = 12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context
+    kept = cfg.n_layer * cfg.n_embd + block if recompute else cfg.n_layer * block
+    per_position = kept + 3 * vocab_size
+    activations = batch_size * cfg.context * per_position * width
+    counts = parameter_counts(cfg, vocab_size)
+    parameters = counts.total
+    if lora is not None:
+        adapters = lora_parameter_count(cfg, *lora)
+        return TrainingMemory((parameters + adapters) * width, adapters * width, 2 * adapters * width, activations)
+    # AdamW: two moments per parameter; Muon: one momentum per entry of the blocks' matrices instead
+    state = 2 * parameters - (block_matrices(counts) if optimizer == "muon" else 0)
+    return TrainingMemory(parameters * width, parameters * width, state * width, activations)
+
+
 def training_bytes(
     cfg: ModelConfig,
     vocab_size: int,
@@ -62,24 +101,8 @@ def training_bytes(
     lora: tuple[int, str] | None = None,
     recompute: bool = False,
 ) -> int:
-    """About what training holds at once: parameters, gradients and optimizer state (two AdamW
-    moments, or one Muon momentum for the blocks' matrices and two for the rest), and one
-    micro-batch's activations kept for the backward pass (per block and position: about 12
-    width-sized rows, 3 FFN-sized ones, the attention weights; then the logits three times over).
-    `lora` (rank, targets): the parameters frozen (no gradient, no state), the adapters trained.
-    `recompute`: each block's input kept, and one block's activations at a time."""
-    width = DTYPE_BYTES[cfg.dtype]
-    state = 1.5 if optimizer == "muon" else 2  # auto: whichever it takes, at most AdamW's two
-    hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
-    block = 12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context
-    kept = cfg.n_layer * cfg.n_embd + block if recompute else cfg.n_layer * block
-    per_position = kept + 3 * vocab_size
-    activations = batch_size * cfg.context * per_position * width
-    parameters = parameter_count(cfg, vocab_size)
-    if lora is None:
-        return int(parameters * width * (2 + state) + activations)
-    adapters = lora_parameter_count(cfg, *lora)
-    return int(parameters * width + adapters * width * (2 + 2) + activations)
+    """`training_memory`'s total."""
+    return training_memory(cfg, vocab_size, batch_size, optimizer, lora, recompute).total
 
 
 def lora_parameter_count(cfg: ModelConfig, rank: int, targets: str) -> int:

@@ -16,7 +16,7 @@ from ..errors import MinigptError
 from ..training import distributed
 from ..training.events import Listener
 from ..training.listeners import CheckpointSaver, run_folder_listeners
-from ..training.progress import TrainingProgress, preparation
+from ..training.progress import preparation, training_progress
 from ..training.session import Session, TrainingSession
 from ..training.trainer import DivergedError, Trainer, TrainResult, WriteFailed
 from .arguments import overrides, plain
@@ -33,6 +33,8 @@ def train(
     init_checkpoint: str | None = None,
     task: str | None = None,
     task_length: int | None = None,
+    exercise: str | None = None,
+    exercise_file: str | Path | None = None,
     resume: bool = False,
     force: bool = False,
     progress: bool = True,
@@ -43,7 +45,9 @@ def train(
     """Train a run: `config` (default: the shipped configs/default.toml) with `set` overrides, on
     `data` (a text file, a folder of *.txt files, a list of them, or a .jsonl file of prompt/completion
     pairs), or on a generated `task` ("reverse", "sort", "copy", "add"; `task_length` its size), into
-    the run folder `out`, for `steps` steps; `init_from` a run folder fine-tunes it
+    the run folder `out`, for `steps` steps, with a learner's module in place of minigpt's where
+    `exercise` names one (`minigpt exercise`: its file `exercise_file`, by default
+    exercises/NAME.py here, must pass its checks); `init_from` a run folder fine-tunes it
     (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
@@ -53,15 +57,16 @@ def train(
     scheduler and torchrun send of that one request), so it ends on its own. Returns the
     TrainResult (`result.run` is the folder to load)."""
     given = {"data": data, "out": out, "steps": steps, "init_from": init_from, "init_checkpoint": init_checkpoint}
-    given |= {"task": task, "task_length": task_length}
+    given |= {"task": task, "task_length": task_length, "exercise_file": exercise_file}
     train_keys = {key: plain(value) for key, value in given.items() if value is not None}
+    model_keys = {"exercise": exercise} if exercise is not None else {}
 
     def read_config() -> Config:
         if resume and force:
             raise MinigptError(
                 "{resume:on} and {force:on} contradict each other; {resume:on} continues a run, {force:on} replaces it"
             )
-        cfg = load_config(config, overrides(set), {"train": train_keys})
+        cfg = load_config(config, overrides(set), {"train": train_keys, "model": model_keys})
         if not cfg.train.recompute:  # recompute asks for memory: freed blocks go back to the system
             keep_freed_memory()  # fewer fresh pages per step: see device.py
         if cfg.train.tensorboard:
@@ -86,7 +91,7 @@ def train(
             return TrainResult(s.step, 0, 0.0, 0.0, total=s.cfg.train.steps, run=s.cfg.run_dir, checkpoint_step=s.step)
         if on_start is not None:
             on_start(s)
-        bar = TrainingProgress(s.step, s.cfg.train.steps) if progress else None
+        bar = training_progress(s.step, s.cfg.train.steps) if progress else None
         prompt = s.cfg.train.sample_prompt or s.corpus.sample_start.strip("\n")
 
         def sample_shown(step: int, text: str) -> None:

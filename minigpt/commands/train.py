@@ -72,6 +72,7 @@ def _train(o: TrainOptions) -> None:
     try:
         result = api.train(
             **o.config_values()["train"],
+            **o.config_values()["model"],  # --exercise
             config=o.config,
             set=o.overrides,
             resume=o.resume,
@@ -141,9 +142,17 @@ def _announce(session, quiet: bool) -> None:
     say(
         f"minigpt train: {sizes}, {corpus.summary} "
         f"({corpus.tokenizer.vocab_size} ids), "
-        f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device}, "
-        f"about {estimate}; run folder {session.cfg.run_dir}"
+        f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device} "
+        f"({_chosen(session.choices())}), about {estimate}; run folder {session.cfg.run_dir}"
     )
+
+
+def _chosen(choices: dict) -> str:
+    """What the optimizer, precision and threads came to ("auto" and "threads = 0" resolved; every
+    checkpoint records them, so `minigpt info` says them for a run trained with --quiet too)."""
+    n = choices["threads"]
+    threads = f", {n} thread{'s' if n != 1 else ''}" if choices["device"] == "cpu" else ""
+    return f"{choices['optimizer']}, {choices['precision']} matmuls{threads}"
 
 
 def _resume_command(o: TrainOptions) -> str:

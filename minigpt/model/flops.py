@@ -1,28 +1,60 @@
-"""Arithmetic estimates of a training step: for choices made before it runs (which optimizer the
-`auto` recipe takes) and for the benchmark's utilisation figures.
+"""Arithmetic estimates: a forward pass per token and per part (`minigpt info`), a training step's
+(for choices made before it runs, such as which optimizer the `auto` recipe takes, and for the
+benchmark's utilisation figures), and Muon's orthogonalisations.
 
-    training_flops_per_token   6 x the weights a token multiplies + attention (nanoGPT's estimate)
+    forward_counts             multiply-adds per token, by part, at T positions (counts.py's shape)
+    training_flops_per_token   6 x the forward multiply-adds: the benchmark's estimate (nanoGPT's)
     orthogonalisation_flops    one Muon update of one matrix: Newton-Schulz iterations
     muon_share                 Muon's orthogonalisations over the step's own arithmetic
+
+The count is nanoGPT's estimate_mfu (and Megatron-LM's, the one c21 quotes): every parameter a
+token's row is multiplied by is one multiply-add (biases and gains counted alike; the two tables
+are looked up, not multiplied, while the head multiplies even when it shares the token table), and
+attention's two products with the keys and values are D per key, over all T keys (the causal mask
+leaves about half of them unread: the count ignores it, as both do). Softmax, the activation and the
+norms' own arithmetic are not counted. One multiply-add is 2 FLOPs; the backward pass costs about
+twice the forward, so training is 3 x 2 = 6 FLOPs per multiply-add.
 """
 
 from __future__ import annotations
 
-from .gpt import MiniGPT
+from typing import TYPE_CHECKING
+
+from ..config import ModelConfig
+from ..counts import Counts, Formula, Part, parameter_counts, sizes_of
+
+if TYPE_CHECKING:
+    from .gpt import MiniGPT
 
 NEWTON_SCHULZ_STEPS = 5  # torch.optim.Muon's default, which optimizers.py keeps
+TRAINING_FLOPS = 6  # per forward multiply-add: 2 FLOPs each, forward and backward (twice the forward)
 
 
-def training_flops_per_token(model: MiniGPT) -> float:
-    """6 x the weights every token multiplies (every parameter but the two tables' rows, the head
-    included even when it shares the token table), plus attention's 12 x layers x width x context:
-    the estimate nanoGPT's estimate_mfu uses."""
-    cfg = model.cfg
-    tables = model.token_table.weight.numel() + (
-        model.position_table.weight.numel() if hasattr(model, "position_table") else 0
-    )
-    multiplied = model.num_parameters() - tables + (model.head.weight.numel() if cfg.tie_embeddings else 0)
-    return 6 * multiplied + 12 * cfg.n_layer * cfg.n_embd * cfg.context
+def forward_counts(cfg: ModelConfig, vocab_size: int, positions: int | None = None) -> Counts:
+    """Multiply-adds per token of one forward pass over `positions` (T; default: the context), by part,
+    in the order a token's row meets them. The projections cost what their parameters count; the
+    attention table (Q Kᵀ, T·D: every head's D/H coordinates against T keys) and its weighted sum of
+    the values (T·D) are the terms that grow with T."""
+    params = parameter_counts(cfg, vocab_size)
+    by_name = {p.name: p for p in params.block}
+    norm = [by_name["norm1"]] if "norm1" in by_name else []
+    block = [*norm]
+    for name, shown in (("W_Q", "Q"), ("W_K", "K"), ("W_V", "V")):
+        block.append(Part(f"attention.{shown}", by_name[f"attention.{name}"].formula, f"x {name}"))
+    block.append(Part("attention.scores", Formula.of(TD=1), "Q Kᵀ"))
+    block.append(Part("attention.weighted_sum", Formula.of(TD=1), "weights x V"))
+    block.append(Part("attention.W_O", by_name["attention.W_O"].formula, "x W_O"))
+    block += [by_name[name] for name in ("norm2", "ffn.W1", "ffn.W2") if name in by_name]
+    after = [Part(p.name, p.formula, p.says) for p in params.after if p.name != "head"]
+    after.append(Part("head", Formula.of(VD=1), "x token_table" if cfg.tie_embeddings else ""))
+    return Counts(sizes_of(cfg, vocab_size, positions), (), tuple(block), cfg.n_layer, tuple(after))
+
+
+def training_flops_per_token(model: MiniGPT, positions: int | None = None) -> float:
+    """6 x the forward multiply-adds per token (`forward_counts`) at the model's context: 6 x every
+    parameter but the two tables' rows, the head included even when it shares the token table, plus
+    attention's 12 x layers x width x context: the estimate nanoGPT's estimate_mfu uses."""
+    return TRAINING_FLOPS * forward_counts(model.cfg, model.vocab_size, positions).total
 
 
 def orthogonalisation_flops(rows: int, columns: int, steps: int = NEWTON_SCHULZ_STEPS) -> float:

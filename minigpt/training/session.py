@@ -32,8 +32,9 @@ from ..config import Config
 from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
 from ..errors import MinigptError
 from ..model import lora
-from ..model.gpt import MiniGPT, check_context
+from ..model.gpt import MiniGPT, Parts, check_context
 from ..runs import checkpoints, folder, identity, reading
+from ..runs import exercise as exercises
 from ..runs.lock import RunLock
 from ..text import sources
 from ..text.corpus import Batches, Corpus, load_corpus
@@ -143,6 +144,17 @@ class Session:
     def finished(self) -> bool:
         return self.step >= self.cfg.train.steps
 
+    def choices(self) -> dict[str, Any]:
+        """What `auto` and `threads = 0` came to for this session (the run's config says what was
+        asked): the optimizer built, the matmul precision, torch's CPU threads, the device. Every
+        checkpoint records them (`minigpt info` shows them) and `train` says them before the first step."""
+        return {
+            "optimizer": "muon" if isinstance(self.optimizer, Optimizers) else "adamw",
+            "precision": self.precision,
+            "threads": torch.get_num_threads(),
+            "device": self.device,
+        }
+
     def hashes(self) -> dict[str, str]:
         return {
             "config": identity.config_hash(identity.training_identity(self.identity_cfg)),
@@ -166,6 +178,7 @@ class Session:
             state["origin"] = asdict(self.origin)
         if self.threads is not None:  # a resume continues at the count the steps so far ran at
             state["threads"] = self.threads
+        state["choices"] = self.choices()  # what `auto` chose, in the run folder whether or not it was said
         return state
 
 
@@ -185,6 +198,7 @@ def build(
     world: World = World(),
     weights: dict[str, torch.Tensor] | None = None,
     origin: Origin | None = None,
+    parts: Parts | None = None,
 ) -> Session:
     """Model, optimizer and batches for `cfg`, seeded; restored from a checkpoint payload if given,
     or starting from `weights` (a fine-tune's: the model's state, with a fresh optimizer). With
@@ -194,7 +208,7 @@ def build(
     torch.manual_seed(tc.seed)
     if payload is not None and "lora" in payload:
         weights = reading.model_state(reading.base_weights(payload["lora"]["base"]))
-    model = MiniGPT(cfg.model, model_rows(corpus, payload, weights)).to(device)
+    model = MiniGPT(cfg.model, model_rows(corpus, payload, weights), parts).to(device)  # parts: a learner's module
     model.recompute = tc.recompute
     if weights is not None:
         model.load_state_dict(weights)
@@ -307,7 +321,7 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
             )
         here = replace(cfg, model=model, tokenizer=tokenizer)  # a fine-tune's, from the run it starts from
         corpus = load_corpus(here, tokenizer=TextTokenizer.from_str(tokenizer_json), same_as=files)
-        joined = _build_checked(here, corpus, payload, world)
+        joined = _build_checked(here, corpus, payload, world, parts=exercises.training_parts(here, payload))
         joined.resumed = resume
         joined.origin = Origin(**payload["origin"]) if "origin" in payload else None
         return joined
@@ -335,6 +349,9 @@ def _prepare(
     start = starting_point(cfg, resume)
     cfg, payload, origin, weights, tokenizer = start.cfg, start.payload, start.origin, start.weights, start.tokenizer
     tc = cfg.train
+    # A learner's module (an exercise): refused unless its file passes every check (and, resumed, is
+    # unchanged), before the text is prepared.
+    parts = exercises.training_parts(cfg, payload)
 
     notes: list[str] = []
     with preparing(f"preparing {sources.describe(tc.data)} (tokenizer and token ids) ..."):
@@ -352,7 +369,7 @@ def _prepare(
             "shorten it",
             positions=cfg.model.positions,
         )
-    session = _build_checked(cfg, corpus, payload, world, weights=weights, origin=origin)
+    session = _build_checked(cfg, corpus, payload, world, weights=weights, origin=origin, parts=parts)
     session.notes, session.origin = notes, origin
     if origin is None and cfg.tokenizer.kind == "bpe" and corpus.tokenizer.vocab_size < cfg.tokenizer.vocab_size:
         notes.append(
@@ -377,6 +394,7 @@ def _build_checked(
     world: World,
     weights: dict[str, torch.Tensor] | None = None,
     origin: Origin | None = None,
+    parts: Parts | None = None,
 ) -> Session:
     """The session on this rank's device, once the device can hold the model in its dtype."""
     device = rank_device(cfg.train.device, world)
@@ -385,7 +403,7 @@ def _build_checked(
         torch.cuda.set_device(device)  # NCCL talks to each rank's own GPU
     check_memory(cfg, model_rows(corpus, payload, weights), device)
     use_threads(cfg.train.threads)
-    session = build(cfg, corpus, device, payload, world, weights=weights, origin=origin)
+    session = build(cfg, corpus, device, payload, world, weights=weights, origin=origin, parts=parts)
     cores = default_threads()
     if cfg.train.threads == 0 and device == "cpu" and not world.distributed and cores > 1:
         if payload is not None and "threads" in payload:

@@ -1,0 +1,189 @@
+"""Where a model's parameters are, part by part, each count with the formula it comes from
+(`minigpt info`; memory.py sums them for its estimates, flops.py turns them into arithmetic).
+
+Worked out from the [model] section and the vocabulary alone: no tensor is built to count them,
+and no torch is imported. The formulas are written in the model's sizes:
+
+    D  the width (n_embd)            F  the FFN's hidden width (ffn_hidden)
+    V  the vocabulary (rows of the token table and of the head)
+    context  the rows of the position table     T  the positions a pass reads (flops.py)
+
+A formula is kept as its terms (4D² + 4D is {D²: 4, D: 4}), so a sum of parts has a formula too,
+and every count shown is its formula's value: the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from .config import ModelConfig
+
+# The symbols a formula is written in, in the order it lists them.
+TERMS = ("D²", "DF", "VD", "context·D", "TD", "F", "D")
+# The terms that are weight matrices inside a block: D² (attention's four) and DF (the FFN's two).
+MATRIX_TERMS = ("D²", "DF")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The values the symbols stand for."""
+
+    D: int
+    F: int
+    V: int
+    context: int
+    T: int
+
+    def of(self, term: str) -> int:
+        return {
+            "D²": self.D * self.D,
+            "DF": self.D * self.F,
+            "VD": self.V * self.D,
+            "context·D": self.context * self.D,
+            "TD": self.T * self.D,
+            "F": self.F,
+            "D": self.D,
+        }[term]
+
+
+@dataclass(frozen=True)
+class Formula:
+    """A sum of terms with whole coefficients: {"D²": 4, "D": 4} is 4D² + 4D."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(**coefficients: int) -> Formula:
+        """Formula.of(DD=4, D=4): `DD` is D², `DF`, `VD`, `contextD`, `TD`, `F`, `D` the others."""
+        names = {"DD": "D²", "contextD": "context·D"}
+        return Formula._normal({names.get(k, k): v for k, v in coefficients.items()})
+
+    @staticmethod
+    def _normal(coefficients: dict[str, int]) -> Formula:
+        return Formula(tuple((t, coefficients[t]) for t in TERMS if coefficients.get(t)))
+
+    def __add__(self, other: Formula) -> Formula:
+        total = dict(self.terms)
+        for term, k in other.terms:
+            total[term] = total.get(term, 0) + k
+        return Formula._normal(total)
+
+    def __mul__(self, factor: int) -> Formula:
+        return Formula._normal({t: k * factor for t, k in self.terms})
+
+    __rmul__ = __mul__
+
+    def coefficient(self, term: str) -> int:
+        return dict(self.terms).get(term, 0)
+
+    def only(self, *terms: str) -> Formula:
+        return Formula._normal({t: k for t, k in self.terms if t in terms})
+
+    def value(self, sizes: Sizes) -> int:
+        return sum(k * sizes.of(t) for t, k in self.terms)
+
+    def __str__(self) -> str:
+        if not self.terms:
+            return "0"
+        return " + ".join(f"{'' if k == 1 else k}{t}" for t, k in self.terms)
+
+
+def total_formula(formulas: Iterable[Formula]) -> Formula:
+    return sum(formulas, Formula())
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part: its name (the model's: `token_table`, `attention.W_Q`, `ffn.W1`), its formula,
+    and a few words on what the formula counts."""
+
+    name: str
+    formula: Formula
+    says: str = ""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A model's parts in the order a token meets them: the tables, one block (every block is the
+    same shape), `n_layer` times, then what comes after the blocks. Parameters here; flops.py
+    builds the arithmetic of a pass in the same shape."""
+
+    sizes: Sizes
+    before: tuple[Part, ...]
+    block: tuple[Part, ...]
+    n_layer: int
+    after: tuple[Part, ...]
+
+    def count(self, part: Part | Formula) -> int:
+        return (part.formula if isinstance(part, Part) else part).value(self.sizes)
+
+    def group(self, prefix: str) -> Formula:
+        """One block's parts whose name starts with `prefix` ("attention.", "ffn.", "norm"), summed."""
+        return total_formula(p.formula for p in self.block if p.name.startswith(prefix))
+
+    @property
+    def block_formula(self) -> Formula:
+        return total_formula(p.formula for p in self.block)
+
+    @property
+    def formula(self) -> Formula:
+        """The whole model's formula (the blocks' n_layer times)."""
+        return total_formula(p.formula for p in self.parts())
+
+    @property
+    def total(self) -> int:
+        return self.count(self.formula)
+
+    def parts(self) -> Iterator[Part]:
+        """Every part once, the block's n_layer times over (as one part each, multiplied)."""
+        yield from self.before
+        for p in self.block:
+            yield Part(p.name, p.formula * self.n_layer, p.says)
+        yield from self.after
+
+
+def sizes_of(cfg: ModelConfig, vocab_size: int, positions: int | None = None) -> Sizes:
+    """The symbols' values for a model; `positions` (T) defaults to its context."""
+    return Sizes(cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, cfg.context if positions is None else positions)
+
+
+def norm_formula(cfg: ModelConfig) -> tuple[Formula, str]:
+    """A norm's parameters: LayerNorm's gain and bias (2D; D without biases), RMSNorm's gain (D: it
+    has no bias by definition), none for norm = "none"."""
+    if cfg.norm == "none":
+        return Formula(), ""
+    if cfg.norm == "layernorm" and cfg.bias:
+        return Formula.of(D=2), "gain, bias"
+    return Formula.of(D=1), "gain"
+
+
+def ffn_widen(cfg: ModelConfig) -> int:
+    """Columns of W1 per hidden unit: 2 with SwiGLU (a gate and a value), else 1."""
+    return 2 if cfg.activation == "swiglu" else 1
+
+
+def parameter_counts(cfg: ModelConfig, vocab_size: int) -> Counts:
+    """MiniGPT(cfg, vocab_size)'s parameters by part, from the shapes model.py gives each layer."""
+    bias = 1 if cfg.bias else 0
+    norm, norm_says = norm_formula(cfg)
+    block = [Part("norm1", norm, norm_says)] if norm.terms else []
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        block.append(Part(f"attention.{name}", Formula.of(DD=1, D=bias)))
+    if cfg.ffn_hidden:  # ffn_hidden = 0: no norm2 and no FFN at all
+        widen = ffn_widen(cfg)
+        block += [Part("norm2", norm, norm_says)] if norm.terms else []
+        block.append(Part("ffn.W1", Formula.of(DF=widen, F=widen * bias), "gate and value" if widen == 2 else ""))
+        block.append(Part("ffn.W2", Formula.of(DF=1, D=bias)))
+    before = [Part("token_table", Formula.of(VD=1))]
+    if cfg.positions == "learned":
+        before.append(Part("position_table", Formula.of(contextD=1)))
+    after = [Part("final_norm", norm, norm_says)] if norm.terms else []
+    tied = cfg.tie_embeddings
+    after.append(Part("head", Formula() if tied else Formula.of(VD=1), "tied: token_table" if tied else ""))
+    return Counts(sizes_of(cfg, vocab_size), tuple(before), tuple(block), cfg.n_layer, tuple(after))
+
+
+def block_matrices(counts: Counts) -> int:
+    """The entries of the blocks' weight matrices (what Muon trains; biases and gains are not)."""
+    return counts.count(counts.block_formula.only(*MATRIX_TERMS) * counts.n_layer)

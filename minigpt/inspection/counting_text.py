@@ -1,0 +1,217 @@
+"""`minigpt info`'s report as text: an Info (counting.py) in tables that fit 80 columns, each count
+beside its formula."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from ..counts import MATRIX_TERMS, Counts, Formula, block_matrices
+from ..memory import DTYPE_BYTES
+from ..model.flops import TRAINING_FLOPS
+from .counting import Info
+
+WIDTH = 80  # the text fits an 80-column terminal; a longer note wraps under its own column
+
+
+def render_text(info: Info) -> str:
+    p, a = info.parameters, info.arithmetic
+    s, arch = p.sizes, info.architecture
+    lines = [
+        f"run {info.run}: {p.n_layer} block{'s' if p.n_layer != 1 else ''}, {arch['n_head']} heads, "
+        f"context {s.context}",
+        f"  D = {s.D} (n_embd), F = {s.F} (ffn_hidden), V = {s.V:,} (vocabulary)",
+        *_wrap("  " + _switches(arch), 2),
+        "",
+        "Parameters",
+        *_table(p, "count"),
+        *_parameter_shares(info),
+        "",
+        f"Forward arithmetic per token at T = {a.sizes.T} positions (multiply-adds: 2 FLOPs each)",
+        *_wrap(
+            "  (a multiply-add for every parameter a token's row meets, biases and gains too; the tables are "
+            "looked up, the head multiplies; Q Kᵀ and the weighted sum read T keys)",
+            3,
+        ),
+        *_table(a, "mult-adds"),
+        *_flops_lines(info),
+        "",
+        *_memory_lines(info),
+        "",
+        *_choices_lines(info),
+    ]
+    return "\n".join(lines)
+
+
+def _switches(arch: dict[str, Any]) -> str:
+    norm = "no norms" if arch["norm"] == "none" else f"{arch['norm']} ({arch['norm_position']}-norm)"
+    words = [
+        norm,
+        f"{arch['activation']} FFN" if arch["ffn_hidden"] else "no FFN",
+        "biases" if arch["bias"] else "no biases",
+        "head tied to token_table" if arch["tie_embeddings"] else "separate head",
+        "learned positions" if arch["positions"] == "learned" else "no position table",
+        arch["dtype"],
+    ]
+    return ", ".join(words)
+
+
+def _table(c: Counts, heading: str) -> list[str]:
+    """The parts as rows (name, count, formula, a few words), one block's parts under a row that
+    says how many blocks there are; the total's formula may run past the formula column."""
+
+    def row(name: str, formula: Formula, says: str = "") -> tuple[str, str, str, str]:
+        return name, f"{c.count(formula):,}", str(formula), says
+
+    rows = [row(f"  {p.name}", p.formula, p.says) for p in c.before]
+    blocks = f"  each of the {c.n_layer} blocks" if c.n_layer > 1 else "  the block"
+    rows.append(row(blocks, c.block_formula))
+    rows += [row(f"    {p.name}", p.formula, p.says) for p in c.block]
+    rows += [row(f"  {p.name}", p.formula, p.says) for p in c.after]
+    total = row("  total", c.formula)
+    name_w = max(len(r[0]) for r in rows)
+    count_w = max(len(heading), len(total[1]), *(len(r[1]) for r in rows))
+    formula_w = max(len("formula"), *(len(r[2]) for r in rows))
+    out = [f"  {'part':<{name_w - 2}}  {heading:>{count_w}}  formula"]
+    for name, count, formula, says in [*rows, total]:
+        out.append(f"{name:<{name_w}}  {count:>{count_w}}  {formula:<{formula_w}}  {says}".rstrip())
+    return out
+
+
+def _percent(x: float) -> str:
+    return "<0.1%" if 0 < x < 0.0005 else f"{100 * x:.1f}%"
+
+
+def _units(x: float) -> str:
+    return f"{x:.0f}" if x == int(x) else f"{x:.2f}"
+
+
+def _parameter_shares(info: Info) -> list[str]:
+    p = info.parameters
+    block, model = info.block_shares(), info.model_shares()
+    same = "equals" if p.total == info.num_parameters else f"DIFFERS FROM ({info.num_parameters:,})"
+    lines = [f"  the total {same} num_parameters(), the model's own count"]
+    lines += _wrap(
+        f"  one block: attention {_percent(block['attention'])} ({p.group('attention.')}), "
+        f"FFN {_percent(block['ffn'])} ({p.group('ffn.') or 'none'}), norms {_percent(block['norms'])}",
+        4,
+    )
+    if p.sizes.F:
+        square = p.sizes.of("D²")
+        attention = p.count(p.group("attention.").only(*MATRIX_TERMS)) / square
+        ffn = p.count(p.group("ffn.").only(*MATRIX_TERMS)) / square
+        per_f = "3F/D" if info.architecture["activation"] == "swiglu" else "2F/D"
+        lines += _wrap(
+            f"  its matrices in units of D²: attention {_units(attention)}, FFN {_units(ffn)} ({per_f}): the FFN "
+            f"holds {_units(ffn)} of {_units(attention + ffn)} (c21: 8D² of 12D² at F = 4D, two thirds)",
+            4,
+        )
+    lines += _wrap(
+        f"  the whole model: FFN {_percent(model['ffn'])}, attention {_percent(model['attention'])}, "
+        f"norms {_percent(model['norms'])}, tables and head {_percent(model['tables_and_head'])}",
+        4,
+    )
+    return lines
+
+
+def _flops_lines(info: Info) -> list[str]:
+    u = info.units()
+    D = info.arithmetic.sizes.D
+    ffn = "6F/D" if info.architecture["activation"] == "swiglu" else "4F/D"
+    lines = [
+        f"  forward: {info.forward_flops:,} FLOPs per token",
+        *_wrap(
+            f"  training: {info.training_flops:,} FLOPs per token ({TRAINING_FLOPS} per multiply-add: the "
+            "backward pass costs twice the forward; the bench's estimate)",
+            4,
+        ),
+        f"  c21's units: one block's forward FLOPs per token over D² = {D * D:,} (matrices only)",
+        f"    Q, K, V and W_O projections  {_units(u['projections']):>5}",
+    ]
+    if info.parameters.sizes.F:
+        lines.append(f"    FFN W1 and W2                {_units(u['ffn']):>5}  ({ffn}; 16 at F = 4D)")
+    lines += [
+        f"    together                     {_units(u['matrices']):>5}  (c21: 24, of which the FFN 16)",
+        f"    attention table, 4T/D        {_units(u['table']):>5}  (grows with T)",
+    ]
+    return lines
+
+
+def _size(n: int) -> str:
+    for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 2**power:
+            return f"{n / 2**power:,.2f} {unit}"
+    return f"{n:,} B"
+
+
+def _memory_lines(info: Info) -> list[str]:
+    m, p = info.memory, info.parameters
+    dtype = info.architecture["dtype"]
+    whence = "recorded" if info.optimizer_from == "recorded" else "what its config would take"
+    lines = [
+        "Training memory (an estimate)",
+        *_wrap(
+            f"  {dtype} ({DTYPE_BYTES[dtype]} bytes a number), optimizer {info.optimizer} ({whence}), batch "
+            f"{info.batch_size} x {p.sizes.context} positions",
+            4,
+        ),
+    ]
+    if info.lora is not None:
+        rank, targets = info.lora
+        rows = [
+            ("weights", m.weights, f"{p.total:,} frozen, and the adapters"),
+            (
+                "gradients",
+                m.gradients,
+                f"the {info.adapters:,} parameters of the rank-{rank} LoRA adapters ({targets})",
+            ),
+            ("optimizer state", m.optimizer_state, "AdamW: two moments per adapter parameter"),
+        ]
+    else:
+        matrices = block_matrices(p)
+        state = (
+            f"Muon: one momentum for each of the {matrices:,} entries of the blocks' matrices; AdamW: two moments "
+            f"for each of the other {p.total - matrices:,} parameters"
+            if info.optimizer == "muon"
+            else "AdamW: two moments per parameter"
+        )
+        rows = [
+            ("weights", m.weights, f"{p.total:,} parameters"),
+            ("gradients", m.gradients, "one per parameter"),
+            ("optimizer state", m.optimizer_state, state),
+        ]
+    rows.append(
+        (
+            "activations",
+            m.activations,
+            "what the backward pass keeps: per block and position about 12 width-sized rows, 3 FFN-sized (5 with "
+            "SwiGLU) and the attention weights; the logits 3 times over",
+        )
+    )
+    rows.append(("total", m.total, ""))
+    for name, n, says in rows:
+        lines += _wrap(f"  {name:<15} {_size(n):>11}  {says}".rstrip(), 31)
+    return lines
+
+
+def _choices_lines(info: Info) -> list[str]:
+    asked = info.asked
+    if info.choices is None:
+        return _wrap(
+            "Training's choices: none recorded in its checkpoint (an import, or a run trained before minigpt "
+            f"recorded them); its config asks for optimizer {asked['optimizer']!r}, precision "
+            f"{asked['precision']!r}, threads {asked['threads']}",
+            2,
+        )
+    c = info.choices
+    return [
+        f"Training chose (its checkpoint at step {info.choices_step}; the config's ask in brackets)",
+        f"  optimizer {c['optimizer']} ({asked['optimizer']!r}), precision {c['precision']} ({asked['precision']!r}),",
+        f"  {c['threads']} thread{'s' if c['threads'] != 1 else ''} ({asked['threads']}), "
+        f"device {c['device']} ({asked['device']!r})",
+    ]
+
+
+def _wrap(line: str, indent: int) -> list[str]:
+    """`line` cut at spaces to the text's width, each further line indented by `indent` spaces."""
+    return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, drop_whitespace=True) or [line]
