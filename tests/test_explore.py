@@ -34,6 +34,7 @@ import torch
 from conftest import fine_tune_tiny_run, serving, train_tiny_run
 
 import minigpt
+from minigpt.inspection.trace_text import show_token
 from minigpt.sampling.generate import next_token_distribution
 
 pytestmark = pytest.mark.slow  # real server processes, trace's and sample's command lines beside them, a browser
@@ -506,6 +507,9 @@ def test_a_gpt2_shaped_page_fits_and_every_attention_cell_is_trace_json_s(browse
     assert shown == list(enumerate(expected["final_norm"]["row"]))
     page.find_element(By.CSS_SELECTOR, '#strip button[data-block="0"]').click()
     wait.until(lambda p_: "block 0 · output" in page.find_element(By.ID, "row-title").text)
+    # the traced token quoted, with its id, as trace's header names it: "?" read as unknown bare
+    token = f"token {show_token(expected['tokens'][p])}, id {expected['ids'][p]}"
+    assert page.find_element(By.ID, "row-title").text == f"block 0 · output at position {p} ({token})"
     # Hovering a cell of the traced row shows its weight and its query and key tokens.
     canvas = page.find_element(By.CSS_SELECTOR, 'canvas.attention-map[data-head="3"]')
     page.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)

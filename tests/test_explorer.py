@@ -24,6 +24,7 @@ from minigpt.config import load_config
 from minigpt.errors import MinigptError
 from minigpt.explore.explorer import BARS, Explorer
 from minigpt.inspection.trace import row_norm
+from minigpt.inspection.trace_text import render_text
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.stages import RESIDUAL_ADDS
 from minigpt.runs.checkpoints import model_payload
@@ -131,6 +132,19 @@ def test_the_views_carry_every_attention_weight_exactly_and_every_rows_norm(expl
         assert {k: c["norm_after"] for k, c in block.items()} == norms["after"]["blocks"][b]
     plain = {k: v for k, v in answer.items() if k != "views"}
     assert plain == trace.as_dict()  # beside the views, the trace is what trace --json prints
+
+
+@pytest.mark.parametrize("prompt", ["ROMEO?", "ROMEO:"])
+def test_the_page_names_the_traced_token_quoted_with_its_id_as_trace_does(explorer, prompt):
+    """A title "output at position 23 (token ?)" read as an unknown token where the token was "?":
+    the page's titles take the traced token as the trace command's header writes it."""
+    answer = explorer.trace({"prompt": prompt, "views": True})
+    p, token = answer["position"], answer["tokens"][answer["position"]]
+    assert token == prompt[-1]
+    label = answer["views"]["traced_token"]
+    assert label == f"token {token!r}, id {answer['ids'][p]}"  # e.g. token '?', id 12
+    header = render_text(explorer.run.trace(prompt)).splitlines()[0]
+    assert f"({label})" in header  # trace of position 5 (token '?', id N) in a prompt of 6 token(s)
 
 
 def test_float64_runs_send_float64_weights(tmp_path):

@@ -387,7 +387,7 @@ function renderRow() {
   const pair = (label, get) => (old ? [["before", get(old)], ["after", get(tr)]] : [[label, get(tr)]]);
   if (v.kind === "embedding") {
     const table = tr.input.position_row !== null && tr.input.position_row !== undefined;
-    title = `input at position ${p} (token ${show(tr.tokens[p])}): ` + (table ? "token row + position row" : "token row (no position table)");
+    title = `input at position ${p} (${S.data.views.traced_token}): ` + (table ? "token row + position row" : "token row (no position table)");
     lines = [
       ["token", tr.input.token_row], ...(table ? [["position", tr.input.position_row]] : []),
       ...(old && changed(0, "input") ? [["before", old.input.row], ["after", tr.input.row]] : [["= input", tr.input.row]]),
@@ -403,7 +403,7 @@ function renderRow() {
     const name = v.stage in tr.blocks[b].stages || v.stage === "input" ? v.stage : "output";
     S.view.stage = name;
     const block = tr.blocks[b];
-    title = `block ${b} · ${name} at position ${p} (token ${show(tr.tokens[p])})`;
+    title = `block ${b} · ${name} at position ${p} (${S.data.views.traced_token})`;
     lines = pair(name, (t) => rowOf(t, b, name));
     const shape = name === "input" ? block.input.shape : block.shapes[name];
     facts = `shape ${JSON.stringify(shape)} · \u2016row\u2016 ${Draw.short(normOf("after", b, name))}`;

@@ -37,6 +37,7 @@ from ..inspection.attribution import check_decomposable, check_patch_attributabl
 from ..inspection.interventions import ReplaceResidual
 from ..inspection.patching import PATCHED_STAGES
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
+from ..inspection.trace_text import show_token
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
 
@@ -355,10 +356,15 @@ def _token_ids(run: Run, request: dict[str, Any]) -> list[int]:
 def _views(result: Trace | Comparison) -> dict[str, Any]:
     """The shown pass's whole attention matrices ([head][query][key] per block, the future's cells
     zero) as the model's own float32 or float64 bytes, so every weight reaches the page exactly and
-    GPT-2's 12 x 12 x 64 x 64 weights stay a few megabytes; and every row's norm, for each pass."""
+    GPT-2's 12 x 12 x 64 x 64 weights stay a few megabytes; every row's norm, for each pass; and the
+    traced token as the trace command's header names it, for the page's titles."""
     shown = result.after if isinstance(result, Comparison) else result
     passes = {"before": result.before, "after": result.after} if isinstance(result, Comparison) else {"after": result}
+    p = shown.position
     return {
+        # The traced token named as `minigpt trace` names it, quoted, with its id: a bare "?" or
+        # "," in the page's titles read as "unknown" or as punctuation of the title itself.
+        "traced_token": f"token {show_token(shown.tokens[p])}, id {shown.ids[p]}",
         "attention": [_packed(shown.whole(block.index, stages.ATTENTION_WEIGHTS)) for block in shown.blocks],
         "norms": {name: _norms(trace) for name, trace in passes.items()},
     }
