@@ -1,13 +1,16 @@
-"""`minigpt trace`: open a run, follow one position through every block, print tables or JSON."""
+"""`minigpt trace`: open a run, follow one position through every block, print tables or JSON; or,
+with --feed, run one part on the user's own numbers."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import typer
 
 from ..api import Comparison, Trace
-from ..inspection.trace_text import check_digits, render_comparison, render_text
+from ..errors import MinigptError, parameter
+from ..inspection.trace_text import check_digits, render_comparison, render_feed, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
 from .common import compare_run_given, opened, shown_path, user_errors
 from .options import TraceOptions
@@ -16,6 +19,9 @@ from .options import TraceOptions
 def main(o: TraceOptions) -> None:
     with user_errors():
         check_digits(o.digits)
+        if o.feed:
+            _feed(o)
+            return
         run = opened(o)
         result = run.trace(
             o.prompt,
@@ -34,6 +40,11 @@ def main(o: TraceOptions) -> None:
             grad=o.grad,
             target=o.target,
             compare_run=compare_run_given(run, o.compare_run),
+            set_row=o.set_row or (),
+            norm_over=o.norm_over,
+            broadcast_update=o.broadcast_update or (),
+            compare_ids=o.compare_ids,
+            all_positions=o.all_positions,
         )
         if isinstance(result, Comparison):
             if o.png is not None and result.after.attribution is not None:
@@ -53,6 +64,31 @@ def main(o: TraceOptions) -> None:
         if result.attribution is not None:
             text += "\n\n" + "\n".join(render_attribution(result.attribution, digits=o.digits))
         typer.echo(result.to_json() if o.as_json else text)
+
+
+# What a trace takes that a fed part has no use for: --feed runs a part alone, on the numbers given.
+TRACE_ONLY = (
+    "prompt", "ids", "position", "block", "scale", "replace_residual", "ablate_head", "set_input", "set_row",
+    "norm_over", "broadcast_update", "at_position", "compare", "compare_run", "compare_ids", "all_positions",
+    "attribute", "versus", "grad", "target", "png",
+)  # fmt: skip
+
+
+def _feed(o: TraceOptions) -> None:
+    """--feed: each part run on its row, every step shown (one JSON list with --json)."""
+    given = [name for name in TRACE_ONLY if getattr(o, name) is not None and getattr(o, name) not in (False, [], ())]
+    if given:
+        raise MinigptError(
+            "{feed} runs one part on the numbers given, with no prompt and no pass to trace; leave out {given}, "
+            "or trace without {feed}",
+            given=parameter(given[0]),
+        )
+    run = opened(o)
+    fed = [run.feed(text) for text in o.feed]
+    if o.as_json:
+        typer.echo(json.dumps([item.as_dict() for item in fed]))
+    else:
+        typer.echo("\n\n".join(render_feed(item, digits=o.digits) for item in fed))
 
 
 def _folders_shown(result: Comparison) -> Comparison:

@@ -8,6 +8,12 @@ the same forward pass the trace reads; nothing here computes a block a second ti
                                            (pre-norm: output; post-norm: residual2) = ffn
     AblateHead(block, H)                   head H's mixed values set to zero before W_O
     SetInput(vector)                       the traced position's block-0 input row replaced
+    BroadcastUpdate(block, stage)          a sublayer's update replaced by its position-0 row alone,
+                                           [B, 1, C]: the residual add refuses it (chapter 17.2)
+    SetRow(table, row, vector)             a row of the token or position table set, in a copy of
+                                           the weights (weight_edits.py; never the run's own)
+    NormOverPositions()                    every block's norms averaging over the positions, broken
+                                           on purpose (chapter 17.3), in a copy of the model
     PutBack(block, stage, position, head, values)
                                            a patch (patching.py) traced: the clean prompt's recorded
                                            activation written into this pass (trace.put_back reads
@@ -71,6 +77,48 @@ class SetInput:
 
 
 @dataclass(frozen=True)
+class BroadcastUpdate:
+    """Block `block`'s `stage` update (attention or ffn) replaced by its row at position 0 alone,
+    shape [B, 1, C], for the residual add to broadcast over every position: which it refuses."""
+
+    block: int | None
+    stage: str
+
+    def __str__(self) -> str:
+        return f"broadcast-update {_block(self.block)}.{self.stage}"
+
+
+@dataclass(frozen=True)
+class SetRow:
+    """A row of `table` (token_table: `row` a token's text or #ID; position_table: a position) set
+    to `vector` in a copy of the weights: every position that reads the row gets it, and with a
+    tied head the head reads it too. `row` as given; weight_edits.py resolves it."""
+
+    table: str
+    row: str
+    vector: tuple[float, ...]
+    index: int | None = None  # a token_table row's id, once resolved with the run's tokenizer (Run.trace)
+
+    def __str__(self) -> str:
+        return f"set-row {self.table}.{self.row}=" + ",".join(f"{v:g}" for v in self.vector)
+
+    @property
+    def where(self) -> Phrase:
+        """How the user wrote it, for a refusal: `--set-row token_table.a=2,1`."""
+        return Phrase("{set_row} {text}", text=str(self).removeprefix("set-row "))
+
+
+@dataclass(frozen=True)
+class NormOverPositions:
+    """Every block's norm1 and norm2 computing their statistics over the positions instead of the
+    coordinates (chapter 17.3's wrong axis, exercise 3), in a copy of the model: for watching a
+    later token change an earlier row, never for training."""
+
+    def __str__(self) -> str:
+        return "norm-over positions"
+
+
+@dataclass(frozen=True)
 class PutBack:
     """One patch of `Run.patch` in a traced pass: block `block`'s `stage` (`input`: what enters the
     block; `heads`: head `head`'s mixed values before W_O) at `position` (None: every position) set
@@ -89,7 +137,11 @@ class PutBack:
         return f"patch {self.block}.{self.stage}{head}@{at} from clean"
 
 
-Intervention = Scale | ReplaceResidual | AblateHead | SetInput | PutBack
+Intervention = Scale | ReplaceResidual | AblateHead | SetInput | PutBack | BroadcastUpdate | SetRow | NormOverPositions
+# Interventions that change the model itself, carried out on a copy of it (weight_edits.py), not
+# by a replacement of a stage.
+MODEL_EDITS = (SetRow, NormOverPositions)
+TABLES = ("token_table", "position_table")
 
 
 def _block(block: int | None) -> str:
@@ -140,7 +192,9 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
                 "{replace_residual}: this model has no residual ([model] residual = false); each sum is already "
                 "its update alone, so there is no residual to replace"
             )
-        if isinstance(item, (Scale, ReplaceResidual, AblateHead)):
+        if isinstance(item, BroadcastUpdate):
+            _check_broadcast(item, cfg)
+        if isinstance(item, (Scale, ReplaceResidual, AblateHead, BroadcastUpdate)):
             _blocks(item.block, cfg.n_layer, parameter(str(item).split(" ")[0].replace("-", "_")))
         if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
             raise MinigptError(
@@ -164,6 +218,27 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
             _check_put_back(item.block, item.stage, item.position, item.head, model, length)
 
 
+def _check_broadcast(item: BroadcastUpdate, cfg) -> None:
+    if item.stage not in stages.SCALABLE:
+        raise MinigptError(
+            "{broadcast_update} {block}.{stage}: unknown update {stage!r}; broadcast one of: {join}",
+            block=_block(item.block),
+            stage=item.stage,
+            join=", ".join(stages.SCALABLE),
+        )
+    if item.stage == stages.FFN and cfg.ffn_hidden == 0:
+        raise MinigptError(
+            "{broadcast_update} {block}.ffn: this model has no FFN ([model] ffn_hidden = 0); broadcast "
+            "the attention update",
+            block=_block(item.block),
+        )
+    if not cfg.residual:
+        raise MinigptError(
+            "{broadcast_update}: this model has no residual add ([model] residual = false) to refuse the "
+            "broadcast; use a run with the residual"
+        )
+
+
 def replacements(
     interventions: list[Intervention], model: MiniGPT, position: int, only_at_position: bool = False
 ) -> dict[str, Replacement]:
@@ -183,9 +258,13 @@ def replacements(
         if isinstance(item, PutBack):  # at its own position, never moved to the traced one
             add(put_back_name(item.block, item.stage), _put_clean(item), everywhere=True)
             continue
+        if isinstance(item, MODEL_EDITS):  # carried out on a copy of the model (weight_edits.py)
+            continue
         for i in _blocks(item.block, cfg.n_layer, str(item)):
             if isinstance(item, Scale):
                 add(stages.block_name(i, item.stage), lambda value, recorded, k=item.factor: value * k)
+            elif isinstance(item, BroadcastUpdate):  # one row for every position: never at one position only
+                add(stages.block_name(i, item.stage), _first_row, everywhere=True)
             elif isinstance(item, ReplaceResidual):  # each sum replaced by its update alone
                 attention, ffn = stages.block_name(i, stages.ATTENTION), stages.block_name(i, stages.FFN)
                 add(stages.block_name(i, stages.RESIDUAL1), lambda value, recorded, n=attention: recorded[n])
@@ -225,6 +304,11 @@ def _set_row(position: int, vector: tuple[float, ...]) -> Replacement:
         return value
 
     return apply
+
+
+def _first_row(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
+    """The update at position 0 alone, [B, 1, C]: what a broadcast would add at every position."""
+    return value[:, :1]
 
 
 def _zero_head(head: int) -> Replacement:
@@ -365,10 +449,15 @@ def parse(
     replace_residual: Sequence[str] = (),
     ablate_head: Sequence[str] = (),
     set_input: str | None = None,
+    set_row: Sequence[str] = (),
+    norm_over: str | None = None,
+    broadcast_update: Sequence[str] = (),
 ) -> list[Intervention]:
     """Interventions written as text: scale `B.attention=K`, replace_residual `B`, ablate_head
-    `B.H`, set_input `"2,2,2,2"` (B: a block index or `all`). Whether they fit the model (blocks,
-    heads, width) is checked when the model is known (`check`)."""
+    `B.H`, set_input `"2,2,2,2"`, set_row `token_table.a=2,1` (a token's text or #ID) or
+    `position_table.1=0,1`, norm_over `positions` (`coordinates`: the model's own norm, no
+    intervention), broadcast_update `B.attention` (B: a block index or `all`). Whether they fit the
+    model (blocks, heads, width, rows) is checked when the model is known (`check`, weight_edits)."""
     out: list[Intervention] = []
     for text in scale:
         where = Phrase("{scale} {text}", text=text)
@@ -390,7 +479,45 @@ def parse(
         out.append(AblateHead(_block_index(block, where), _integer(head, where, "head")))
     if set_input is not None:
         out.append(SetInput(tuple(_number(v, parameter("set_input")) for v in set_input.split(","))))
+    out += [_parse_set_row(text) for text in set_row]
+    if norm_over not in (None, "coordinates", "positions"):
+        raise MinigptError(
+            "{norm_over} {given!r}: expected coordinates (the model's own norm, chapter 17.3) or positions "
+            "(the broken norm of exercise 3, for watching)",
+            given=norm_over,
+        )
+    if norm_over == "positions":
+        out.append(NormOverPositions())
+    for text in broadcast_update:
+        block, dot, stage = text.partition(".")
+        if not dot:
+            raise MinigptError(
+                "{broadcast_update} {text!r}: expected BLOCK.UPDATE, e.g. {broadcast_update} 0.attention", text=text
+            )
+        where = Phrase("{broadcast_update} {text}", text=text)
+        out.append(BroadcastUpdate(_block_index(block, where), stage.strip()))
     return out
+
+
+def _parse_set_row(text: str) -> SetRow:
+    """`TABLE.ROW=NUMBERS`: the numbers hold no `=`, so the last one splits (a token may be `=`)."""
+    target, sep, numbers = text.rpartition("=")
+    table, dot, row = target.partition(".")
+    if not sep or not dot or not row:
+        raise MinigptError(
+            "{set_row} {text!r}: expected TABLE.ROW=NUMBERS, e.g. {set_row} token_table.a=2,1 (a token's text "
+            "or #ID) or {set_row} position_table.1=0,1",
+            text=text,
+        )
+    if table not in TABLES:
+        raise MinigptError(
+            "{set_row} {text!r}: unknown table {table!r}; set a row of {tables}",
+            text=text,
+            table=table,
+            tables=" or ".join(TABLES),
+        )
+    where = Phrase("{set_row} {text}", text=text)
+    return SetRow(table, row, tuple(_number(v, where) for v in numbers.split(",")))
 
 
 def _block_index(text: str, where: str | Phrase) -> int | None:

@@ -26,11 +26,13 @@ from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
 from ..model.gpt import MiniGPT, check_context, check_token_ids
+from ..model.layers import ResidualShapeError
 from ..model.recorder import Recorder, Replacement
 from ..text.tokenizer import TextTokenizer
 from . import gradients
 from .gradients import Gradient, Target
-from .interventions import Intervention, PutBack, put_back_name, read_patch, replacements
+from .interventions import BroadcastUpdate, Intervention, PutBack, SetInput, put_back_name, read_patch, replacements
+from .weight_edits import edited
 
 # ---------------------------------------------------------------- input checks (one-line refusals)
 
@@ -139,7 +141,9 @@ class Row:
 @dataclass
 class InputRows:
     """Block 0's input at the traced position: token row + position row = X (without a position
-    table, `[model] positions = "none"`, the position row and its table's shape are None: absent)."""
+    table, `[model] positions = "none"`, the position row and its table's shape are None: absent).
+    `replaced`: set-input replaced X at this position, so `row` is not the sum of the two (in the
+    JSON only then)."""
 
     token_row: list[float]
     position_row: list[float] | None
@@ -147,6 +151,7 @@ class InputRows:
     shape: list[int]
     token_table_shape: list[int]
     position_table_shape: list[int] | None
+    replaced: bool = False
 
 
 @dataclass
@@ -177,6 +182,10 @@ class Trace:
     recorded: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     attribution: Any = None  # an attribution.Attribution of this pass's logit, when one was asked for
     gradient: Gradient | None = None  # with `grad`: d loss / d row of every stage; in the JSON only then
+    # With `all_positions`: each row stage at every position ([T][width]), by full name in the order
+    # computed: token_rows and position_rows (the table rows block 0's input adds), input, the shown
+    # blocks' stages, final_norm. In the JSON only then.
+    all_positions: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
         """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
@@ -211,6 +220,10 @@ class Trace:
         del out["probabilities"], out["recorded"], out["attribution"]
         if self.gradient is None:
             del out["gradient"]
+        if not self.all_positions:
+            del out["all_positions"]
+        if not self.input.replaced:
+            del out["input"]["replaced"]
         if self.attribution is not None:
             out["attribution"] = self.attribution.as_dict()
         for block in out["blocks"]:
@@ -239,20 +252,22 @@ def _plain(value: Any) -> Any:
 
 @dataclass
 class StageChange:
-    """One stage at the traced position, before and after the interventions."""
+    """One stage at the traced position, before and after the interventions. Two runs whose blocks
+    compute in another order (pre-norm and post-norm) each have a stage the other has not
+    (post-norm's residual2): None on the side that has none."""
 
-    before: list[float]
-    after: list[float]
-    norm_before: float
-    norm_after: float
-    change: float  # the norm of after - before
+    before: list[float] | None
+    after: list[float] | None
+    norm_before: float | None
+    norm_after: float | None
+    change: float | None  # the norm of after - before
 
 
 @dataclass
 class Comparison:
-    """Two passes of the same prompt, stage by stage at one position: the unmodified and the
-    modified pass of one model, or (`compared_run` set) another run's pass and this run's, both
-    with the same `interventions`."""
+    """Two passes, stage by stage at one position: the unmodified and the modified pass of one model;
+    or (`compared_run` set) another run's pass and this run's; or (`compared_ids`) another prompt's
+    pass and this one's; the last two each with the same `interventions`."""
 
     interventions: list[str]
     before: Trace
@@ -261,9 +276,12 @@ class Comparison:
     kl_divergence: float  # KL(before || after) of the two next-token distributions, in nats
     run: str | None = None  # comparing runs: the run folder of `after`
     compared_run: str | None = None  # and of `before`; in the JSON only then
+    compared_ids: list[int] | None = None  # comparing prompts: `before`'s ids; in the JSON only then
 
     def as_dict(self) -> dict[str, Any]:
         runs = {} if self.compared_run is None else {"run": self.run, "compared_run": self.compared_run}
+        if self.compared_ids is not None:
+            runs["compared_ids"] = self.compared_ids
         return {
             **runs,
             "interventions": self.interventions,
@@ -304,19 +322,24 @@ def trace_position(
     only_at_position: bool = False,
     grad: bool = False,
     target: int | Target | None = None,
+    all_positions: bool = False,
 ) -> Trace:
     """Run the model once on `ids` with a recorder and collect what happened at one position;
-    `interventions` change stages of that same pass (at every position, or at the traced one only).
+    `interventions` change stages of that same pass (at every position, or at the traced one only),
+    or the model itself (set-row, norm-over positions: a copy of it, weight_edits.py).
     `grad`: also the gradient of the loss of `target` (an id; default: the prompt's next token, at
     the last position the model's top prediction) at that position with respect to every stage's
-    row, through the graph of this same pass (gradients.py)."""
+    row, through the graph of this same pass (gradients.py). `all_positions`: also every row
+    stage at every position (`Trace.all_positions`)."""
     check_ids(model, ids, grad)
     if top < 1:
         raise MinigptError("{top} {given} is too small; show at least 1 next-token candidate", given=top)
     p = resolve_position(position, len(ids))
     shown = resolve_blocks(block, len(model.blocks))
     top = min(top, model.vocab_size)
-    recorder = _recorded(model, ids, replacements(list(interventions), model, p, only_at_position), grad)
+    changes = replacements(list(interventions), model, p, only_at_position)
+    model = edited(model, interventions)
+    recorder = _recorded(model, ids, changes, grad, interventions)
     gradient = None
     if grad:
         chosen = gradients.choose_target(target, ids, p, recorder[stages.LOGITS][0, p])
@@ -343,6 +366,7 @@ def trace_position(
             shape=list(x.shape),
             token_table_shape=list(model.token_table.weight.shape),
             position_table_shape=list(table.weight.shape) if table is not None else None,
+            replaced=any(isinstance(item, SetInput) for item in interventions),
         ),
         blocks=blocks,
         final_norm=Row(final[0, p].tolist(), list(final.shape)),
@@ -351,18 +375,54 @@ def trace_position(
         probabilities=torch.softmax(recorder[stages.LOGITS][0, p].double(), dim=-1).tolist(),
         recorded=dict(recorder.stages),
         gradient=gradient,
+        all_positions=_every_position(model, ids, recorder, shown) if all_positions else {},
     )
 
 
-def _recorded(model: MiniGPT, ids: list[int], changes: dict[str, Replacement], keep_graph: bool = False) -> Recorder:
+def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: list[int]) -> dict[str, list]:
+    """Each row stage at every position: the table rows block 0's input adds, then the pass's
+    recorded stages of the shown blocks (and what enters each: the output before it), not the
+    attention weights (a [T, T] per head, not a row)."""
+    out = {"token_rows": model.token_table.weight[ids].tolist()}
+    if getattr(model, "position_table", None) is not None:
+        out["position_rows"] = model.position_table.weight[: len(ids)].tolist()
+    out[stages.INPUT] = recorder[stages.INPUT][0].tolist()
+    for i in shown:
+        if i > 0 and i - 1 not in shown:  # what enters block i: the output of the block before it
+            out[stages.block_name(i - 1, stages.OUTPUT)] = recorder[stages.block_name(i - 1, stages.OUTPUT)][0].tolist()
+        for name, value in recorder.block(i).items():
+            if name not in (stages.ATTENTION_WEIGHTS, stages.HEADS):
+                out[stages.block_name(i, name)] = value[0].tolist()
+    out[stages.FINAL_NORM] = recorder[stages.FINAL_NORM][0].tolist()
+    return out
+
+
+def _recorded(
+    model: MiniGPT,
+    ids: list[int],
+    changes: dict[str, Replacement],
+    keep_graph: bool = False,
+    interventions: Sequence[Intervention] = (),
+) -> Recorder:
     """One pass of `ids` in eval mode with `changes` made, every stage recorded and the heads kept;
-    `keep_graph`: each stage a node of the pass's autograd graph, for its gradient (Recorder)."""
+    `keep_graph`: each stage a node of the pass's autograd graph, for its gradient (Recorder).
+    A residual add the changes gave unequal shapes (a broadcast update) refuses the pass: the
+    model's own refusal (chapter 17.2), said in one line."""
     recorder = Recorder(model.cfg, kept_heads(changes, model), keep_graph)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode(not keep_graph), torch.set_grad_enabled(keep_graph):
             model(torch.tensor([ids], dtype=torch.long, device=model.token_table.weight.device), recorder=recorder)
+    except ResidualShapeError as refused:
+        broadcast = [str(item) for item in interventions if isinstance(item, BroadcastUpdate)]
+        if not broadcast:
+            raise  # no intervention asked for unequal shapes: a bug, with its traceback
+        raise MinigptError(
+            "{broadcast_update} {what}: the block refused it (chapter 17.2): {reason}",
+            what="; ".join(b.removeprefix("broadcast-update ") for b in broadcast),
+            reason=str(refused),
+        ) from None
     finally:
         model.train(was_training)
     return recorder
@@ -404,20 +464,32 @@ def compare(
     target: int | None = None,
     *,
     before_model: MiniGPT | None = None,
+    before_ids: list[int] | None = None,
 ) -> Comparison:
     """The same prompt traced without and with `interventions`: each stage's row at the traced
     position before and after, their norms and the norm of the change, and how far the next-token
     distribution moved (KL divergence, nats). `grad`: each pass's gradient, both of the loss of
     one target (at the last position by default the `before` pass's top prediction).
 
-    `before_model`: another model of `model`'s shape (no shape_differences) and tokenizer, another
-    run's: `before` is then its pass and `after` this model's, both with `interventions`, so the
-    changes are what the other weights compute differently."""
-    edits_before = () if before_model is None else interventions
+    `before_model`: another model of `model`'s shape (no shape_differences; its blocks may compute
+    in the other order, `norm_position`) and tokenizer, another run's: `before` is then its pass
+    and `after` this model's, both with `interventions`, so the changes are what the other weights
+    compute differently. `before_ids`: another prompt of as many tokens, traced before with the
+    same `interventions`, so the changes are what the other tokens change at this position (a
+    later token changes nothing at an earlier position, unless something reads across positions
+    without the causal mask: norm-over positions)."""
+    if before_ids is not None and len(before_ids) != len(ids):
+        raise MinigptError(
+            "{compare_ids} has {n_before} tokens and the traced prompt {n_ids}; the two passes are compared "
+            "position by position, so give as many tokens",
+            n_before=len(before_ids),
+            n_ids=len(ids),
+        )
+    edits_before = () if before_model is None and before_ids is None else interventions
     before = trace_position(
         model if before_model is None else before_model,
         tokenizer,
-        ids,
+        ids if before_ids is None else before_ids,
         position,
         block,
         top,
@@ -433,27 +505,45 @@ def compare(
     changes = []
     for first, second in zip(before.blocks, after.blocks):
         rows = {stages.INPUT: (first.input.row, second.input.row)}
-        rows.update({name: (row, second.stages[name]) for name, row in first.stages.items()})
+        rows.update({name: (first.stages.get(name), second.stages.get(name)) for name in _aligned(first, second)})
         changes.append({name: _change(a, b) for name, (a, b) in rows.items()})
     kl = math.fsum(
         0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
         for p, q in zip(before.probabilities, after.probabilities)
     )
-    return Comparison([str(item) for item in interventions], before, after, changes, kl)
+    compared_ids = None if before_ids is None else list(before_ids)
+    return Comparison([str(item) for item in interventions], before, after, changes, kl, compared_ids=compared_ids)
+
+
+def _aligned(first: BlockTrace, second: BlockTrace) -> list[str]:
+    """Both blocks' stage names, in the order `second` computes them, a stage only `first` has
+    (post-norm's residual2 beside a pre-norm block) after the stage it follows there."""
+    names = list(second.stages)
+    previous = None
+    for name in first.stages:
+        if name not in names:
+            names.insert(names.index(previous) + 1 if previous in names else len(names), name)
+        previous = name
+    return names
 
 
 # What two models must share for their passes to be compared stage by stage: the stages recorded
 # (blocks, the FFN's, their order, the position row) and each one's shape, the heads whose weights
 # are listed, and the vocabulary the next-token distributions are over. Everything else in [model]
 # (the norm's kind, the activation, biases, the residual, the tied head, the dtype) changes what is
-# computed, not what is recorded: the comparison shows it.
+# computed, not what is recorded: the comparison shows it. The order (`norm_position`) may differ
+# where the reader of the comparison aligns the stages by name (a trace's text and JSON: post-norm's
+# residual2 has no pre-norm row beside it); ORDER_KEYS are the keys that allows.
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "ffn_hidden", "context", "vocab_size", "norm_position", "positions")
+ORDER_KEYS = ("norm_position",)
 
 
-def shape_differences(model: MiniGPT, other: MiniGPT) -> list[str]:
-    """`key this != other` for each SHAPE_KEYS entry where the two models differ (none: comparable)."""
+def shape_differences(model: MiniGPT, other: MiniGPT, order_may_differ: bool = False) -> list[str]:
+    """`key this != other` for each SHAPE_KEYS entry where the two models differ (none: comparable);
+    `order_may_differ`: not the ORDER_KEYS (pre-norm beside post-norm: the same parameters)."""
     this, that = model.architecture(), other.architecture()
-    return [f"{key} {this[key]!r} != {that[key]!r}" for key in SHAPE_KEYS if this[key] != that[key]]
+    keys = [key for key in SHAPE_KEYS if not (order_may_differ and key in ORDER_KEYS)]
+    return [f"{key} {this[key]!r} != {that[key]!r}" for key in keys if this[key] != that[key]]
 
 
 def row_norm(row: list[float]) -> float:
@@ -461,10 +551,16 @@ def row_norm(row: list[float]) -> float:
     return math.sqrt(math.fsum(v * v for v in row))
 
 
-def _change(before: list[float], after: list[float]) -> StageChange:
+def _change(before: list[float] | None, after: list[float] | None) -> StageChange:
+    if before is None or after is None:  # a stage one of two runs' blocks does not compute
+        return StageChange(before, after, _norm(before), _norm(after), None)
     return StageChange(
         before, after, row_norm(before), row_norm(after), row_norm([b - a for a, b in zip(before, after)])
     )
+
+
+def _norm(row: list[float] | None) -> float | None:
+    return None if row is None else row_norm(row)
 
 
 def kept_heads(changes: dict[str, Replacement], model: MiniGPT) -> dict[str, Replacement]:

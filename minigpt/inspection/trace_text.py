@@ -23,6 +23,7 @@ from ..model.stages import (
     RESIDUAL2,
     block_stages,
 )
+from .feed import FORMULA, Fed
 from .gradients import GIVEN, PREDICTION, PROMPT
 from .trace import Comparison, Trace
 
@@ -175,10 +176,10 @@ def _bottom_line(gradient: dict[str, Any], n_layer: int, digits: int, width: int
     )
 
 
-def _legend(model: dict[str, Any]) -> list[str]:
-    """One formula per stage, in the order the block computes them (stages.py), in the stages' names,
-    for the model as built: no `+` without the residual, no FFN lines without an FFN, `norm1 = input`
-    where the norm is the identity (`norm = "none"`)."""
+def _formulas(model: dict[str, Any]) -> dict[str, str]:
+    """What each stage of a block is, in the stages' names, for the model as built: no `+` without
+    the residual, no FFN stages without an FFN, `norm1 = input` where the norm is the identity
+    (`norm = "none"`); post-norm's output is its norm2."""
     kind = model["norm"]
     norm = {"layernorm": "LN", "rmsnorm": "RMS"}.get(kind, "")
     b1, b2 = (" + b1", " + b2") if model["bias"] else ("", "")
@@ -206,7 +207,7 @@ def _legend(model: dict[str, Any]) -> list[str]:
             FFN: f"{HIDDEN} W2{b2}",
             OUTPUT: add(RESIDUAL1, FFN) if ffn else RESIDUAL1,
         }
-    else:  # post-norm's output is LN2's, so one line names both
+    else:
         formulas = {
             ATTENTION: f"MHA({INPUT})",
             RESIDUAL1: add(INPUT, ATTENTION),
@@ -214,11 +215,20 @@ def _legend(model: dict[str, Any]) -> list[str]:
             HIDDEN: hidden(NORM1),
             FFN: f"{HIDDEN} W2{b2}",
             RESIDUAL2: add(NORM1, FFN),
-            NORM2: f"{OUTPUT} = {normed('2', RESIDUAL2)}",
+            NORM2: normed("2", RESIDUAL2),
+            OUTPUT: NORM2 if ffn else NORM1,
         }
-        if not ffn:
-            formulas[OUTPUT] = NORM1
-    steps = [f"{stage} = {formulas[stage]}" for stage in block_stages(model["norm_position"], ffn) if stage in formulas]
+    return {stage: formulas[stage] for stage in block_stages(model["norm_position"], ffn)}
+
+
+def _legend(model: dict[str, Any]) -> list[str]:
+    """One formula per stage, in the order the block computes them (stages.py), in the stages' names
+    (`_formulas`)."""
+    formulas = _formulas(model)
+    if model["norm_position"] == "post" and NORM2 in formulas:  # post-norm's output is LN2's: one line names both
+        del formulas[OUTPUT]
+        formulas[NORM2] = f"{OUTPUT} = {formulas[NORM2]}"
+    steps = [f"{stage} = {formula}" for stage, formula in formulas.items()]
     steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
@@ -276,8 +286,7 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     out += _pack(about, width, " ")
     if trace.get("interventions"):
         out += _pack(
-            ["interventions (the rows below are the modified pass; set-input replaces the input row):"]
-            + trace["interventions"],
+            ["interventions (the rows below are the modified pass):"] + trace["interventions"],
             width,
             " ",
         )
@@ -285,15 +294,34 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
     legend = _pack(_legend(model), width - 2, " ")
     out += [legend[0]] + ["  " + line for line in legend[1:]]
-    out.append(f"rows: position {p} of each recorded stage; shape: the whole array")
+    every = trace.get("all_positions")
+    if every:
+        out += _pack(
+            [
+                "rows: every position of each recorded stage;",
+                f"attention weights and next tokens: position {p};",
+                "shape: the whole array",
+            ],
+            width,
+            " ",
+        )
+    else:
+        out.append(f"rows: position {p} of each recorded stage; shape: the whole array")
     gradient = trace.get("gradient")
     if gradient is not None:
         out += _gradient_lines(gradient, p, digits, width)
 
     for k, entry in enumerate(trace["blocks"]):
         i = entry["index"]
+        if every:
+            out += ["", f"block {i} of {model['n_layer']}"]
+            out += _every_position_table(trace, entry, digits, width)
+            out += _attention_lines(entry, tokens, p, digits, width)
+            continue
         rows, grads = [], []
-        if i == 0:
+        if i == 0 and trace["input"].get("replaced"):  # set-input: the row given, not token + position
+            rows.append((f"{INPUT} (set)", trace["input"]["row"], trace["input"]["shape"]))
+        elif i == 0:
             inp = trace["input"]
             rows.append((f"token {show_token(tokens[p], 8)}", inp["token_row"], inp["token_table_shape"]))
             if inp.get("position_row") is not None:  # positions = "none": no position row to add
@@ -313,7 +341,10 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
 
     out += ["", "after the last block"]
     final = [(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])]
-    out += _table(final, digits, width, grads=None if gradient is None else [gradient["final_norm"]["norm"]])
+    if every:
+        out += _positions_table([(FINAL_NORM, every[FINAL_NORM], trace["final_norm"]["shape"])], tokens, digits, width)
+    else:
+        out += _table(final, digits, width, grads=None if gradient is None else [gradient["final_norm"]["norm"]])
     if gradient is not None:
         out += _bottom_line(gradient, model["n_layer"], digits, width)
     out.append(f"next token after position {p}: softmax({FINAL_NORM} row @ head), top {len(trace['next_tokens'])}")
@@ -341,6 +372,46 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     return "\n".join(out)
 
 
+def _every_position_table(trace: dict[str, Any], entry: dict[str, Any], digits: int, width: int) -> list[str]:
+    """One block's row stages at every position: `  stage  position token  row  shape`, a stage's
+    rows one line each (block 0 first: the token rows and position rows its input adds)."""
+    every, i = trace["all_positions"], entry["index"]
+    entries = []  # (label, [T rows], shape)
+    if i == 0:
+        inp = trace["input"]
+        entries.append(("token", every["token_rows"], inp["token_table_shape"]))
+        if "position_rows" in every:
+            entries.append(("+ position", every["position_rows"], inp["position_table_shape"]))
+        entries.append((f"= {INPUT}", every[INPUT], inp["shape"]))
+    else:
+        entries.append((INPUT, every[f"blocks.{i - 1}.{OUTPUT}"], entry["input"]["shape"]))
+    entries += [(name, every[f"blocks.{i}.{name}"], entry["shapes"][name]) for name in entry["stages"]]
+    out = _positions_table(entries, trace["tokens"], digits, width)
+    if i == 0 and trace["input"].get("replaced"):
+        out.append(f"  ({INPUT} at position {trace['position']}: set by set-input, not token + position)")
+    return out
+
+
+def _positions_table(
+    entries: list[tuple[str, list[list[float]], list[int]]], tokens: list[str], digits: int, width: int
+) -> list[str]:
+    """`(label, rows at every position, shape)` entries as a table, one line per position."""
+    at = [f"{t} {show_token(token, 8)}" for t, token in enumerate(tokens)]
+    label_w = max(len("stage"), *(len(label) for label, _, _ in entries))
+    at_w = max(len("position"), *(len(a) for a in at))
+    shape_w = max(len(_shape(shape)) for _, _, shape in entries)
+    room = width - 2 - label_w - 2 - at_w - 2 - 2 - shape_w
+    cells = [(label, [row_lines(row, digits, room) for row in rows], _shape(shape)) for label, rows, shape in entries]
+    row_w = max(len("row"), *(len(lines[0]) for _, rows, _ in cells for lines in rows))
+    out = [f"  {'stage':<{label_w}}  {'position':<{at_w}}  {'row':<{row_w}}  shape"]
+    for label, rows, shape in cells:
+        for t, lines in enumerate(rows):
+            first = f"  {label if t == 0 else '':<{label_w}}  {at[t]:<{at_w}}  {lines[0]:<{row_w}}  "
+            out.append((first + (shape if t == 0 else "")).rstrip())
+            out.extend(f"  {'':<{label_w}}  {'':<{at_w}}  {line}" for line in lines[1:])
+    return out
+
+
 def _gradient_comparison(result: Comparison, label_w: int, num_w: int, digits: int, width: int) -> list[str]:
     """Each pass's gradient norms, stage by stage: both of the loss of one target."""
     before, after = result.before.as_dict()["gradient"], result.after.as_dict()["gradient"]
@@ -349,12 +420,35 @@ def _gradient_comparison(result: Comparison, label_w: int, num_w: int, digits: i
         out.append(f"block {first['index']}: {GRAD} before and after")
         out.append(f"  {'stage':<{label_w}}  {'before':>{num_w}}  {'after':>{num_w}}")
         rows = {INPUT: (first["input"], second["input"])}
-        rows.update({name: (grad, second["stages"][name]) for name, grad in first["stages"].items()})
+        rows.update({name: (grad, second["stages"].get(name)) for name, grad in first["stages"].items()})
+        rows.update({name: (None, grad) for name, grad in second["stages"].items() if name not in rows})
         out += [
-            f"  {name:<{label_w}}  {magnitude(a['norm'], digits):>{num_w}}  {magnitude(b['norm'], digits):>{num_w}}"
+            f"  {name:<{label_w}}  {_grad_norm(a, digits):>{num_w}}  {_grad_norm(b, digits):>{num_w}}"
             for name, (a, b) in rows.items()
         ]
     return out
+
+
+def _maybe(value: float | None, digits: int) -> str:
+    """A norm, or `-` where the stage is not computed on that side."""
+    return "-" if value is None else number(value, digits)
+
+
+def _prompts_compared(result: Comparison, width: int) -> list[str]:
+    """Which prompt each pass is: the ids and their tokens."""
+    out = []
+    for label, trace, note in (("before:", result.before, " (the compared prompt)"), ("after: ", result.after, "")):
+        ids = ",".join(str(i) for i in trace.ids)
+        out += _pack(
+            [f"{label} ids {ids}:", *(show_token(t) for t in trace.tokens[:-1]), show_token(trace.tokens[-1]) + note],
+            width,
+            " ",
+        )
+    return out
+
+
+def _grad_norm(gradient: dict[str, Any] | None, digits: int) -> str:
+    return "-" if gradient is None else magnitude(gradient["norm"], digits)
 
 
 def _runs_compared(result: Comparison, width: int) -> list[str]:
@@ -386,28 +480,45 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
         " ",
     )
     listed = [item + ";" for item in result.interventions[:-1]] + result.interventions[-1:]
-    if result.compared_run is None:
+    if result.compared_run is None and result.compared_ids is None:
         out += _pack(["interventions:", *listed], width, " ")
     else:
-        out += _runs_compared(result, width)
+        if result.compared_run is not None:
+            out += _runs_compared(result, width)
+        else:
+            out += _prompts_compared(result, width)
         if listed:
             out += _pack(["interventions, in both passes:", *listed], width, " ")
     label_w = max(len("stage"), *(len(name) for block in result.stages for name in block))
     num_w = max(len("|before|"), digits + 4)
     room = width - 4 - len("before  ")
+    # Blocks that compute in different orders (pre-norm beside post-norm): each row says what it is.
+    orders = before.model["norm_position"] != after.model["norm_position"]
+    said = (_formulas(before.model), _formulas(after.model)) if orders else ({}, {})
+    if orders:
+        room -= 2 + max(len(f"= {f}") for formulas in said for f in formulas.values())
     for entry, block in zip(before.blocks, result.stages):
         out += [
             "",
             f"block {entry.index} of {before.model['n_layer']}: norms before and after, the change's norm, the rows",
         ]
         out.append(f"  {'stage':<{label_w}}  {'|before|':>{num_w}}  {'|after|':>{num_w}}  {'|change|':>{num_w}}")
+        shown = {
+            name: [None if row is None else row_lines(row, digits, room)[0] for row in (change.before, change.after)]
+            for name, change in block.items()
+        }
+        row_w = max(len(row) for rows in shown.values() for row in rows if row is not None)
         for name, change in block.items():
             out.append(
-                f"  {name:<{label_w}}  {number(change.norm_before, digits):>{num_w}}"
-                f"  {number(change.norm_after, digits):>{num_w}}  {number(change.change, digits):>{num_w}}"
+                f"  {name:<{label_w}}  {_maybe(change.norm_before, digits):>{num_w}}"
+                f"  {_maybe(change.norm_after, digits):>{num_w}}  {_maybe(change.change, digits):>{num_w}}"
             )
-            out.append(f"    before  {row_lines(change.before, digits, room)[0]}")
-            out.append(f"    after   {row_lines(change.after, digits, room)[0]}")
+            for label, row, formulas, trace in zip(("before", "after "), shown[name], said, (before, after)):
+                if row is None:  # a stage this side's block does not compute
+                    out.append(f"    {label}  (none: a {trace.model['norm_position']}-norm block computes no {name})")
+                    continue
+                formula = f"  = {formulas[name]}" if name in formulas else ""
+                out.append(f"    {label}  {row:<{row_w}}{formula}".rstrip())
     if before.gradient is not None:
         out += _gradient_comparison(result, label_w, num_w, digits, width)
     out += ["", f"next token after position {p}, before and after:"]
@@ -423,3 +534,41 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
         )
     out.append(f"KL(before || after) = {number(result.kl_divergence, digits)} nats")
     return "\n".join(out)
+
+
+KINDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "none": "no norm"}
+
+
+def render_feed(fed: Fed, digits: int = 4, width: int = WIDTH) -> str:
+    """A part fed one row: each step as `name = formula  value`, then who computed what."""
+    block, _, name = fed.part.rpartition(".")
+    where = f"block {block.split('.')[-1]}'s {name}" if block else name
+    if fed.kind == "ffn":  # its widths: C -> F -> C
+        kind = " -> ".join(str(len(step.value)) for step in fed.steps if step.name in ("x", HIDDEN, FFN))
+    else:
+        kind = KINDS.get(fed.kind, fed.kind) + ("" if fed.eps is None else f", eps {fed.eps:g}")
+    given = "[" + ", ".join(f"{v:g}" for v in fed.given) + "]"
+    out = _pack([f"{where} ({kind}), the model's own module,", f"on x = {given}"], width, " ")
+    labels = [
+        step.name if step.name in ("x", "gamma", "beta") else f"{step.name} = {step.formula}" for step in fed.steps
+    ]
+    label_w = max(len(label) for label in labels)
+    room = width - 2 - label_w - 2
+    for label, step in zip(labels, fed.steps):
+        lines = [number(step.value, digits)] if isinstance(step.value, float) else row_lines(step.value, digits, room)
+        out.append(f"  {label:<{label_w}}  {lines[0]}")
+        out.extend(f"  {'':<{label_w}}  {line}" for line in lines[1:])
+    worked = [step.name for step in fed.steps if step.computed_by == FORMULA]
+    if not worked:
+        recorded = ", ".join(step.name for step in fed.steps[1:])
+        return "\n".join(
+            out + _pack(f"{recorded}: recorded inside the model's {name} module as it ran".split(" "), width, " ")
+        )
+    said = (
+        f"{', '.join(worked)}: chapter 17.3's formula, worked from the module's parameters; {name}: the module's output"
+    )
+    if fed.agrees:
+        said += ", which the formula gives too"
+    else:
+        said += f"; the formula's result differs from it by {magnitude(fed.difference, digits)}"
+    return "\n".join(out + _pack(said.split(" "), width, " "))

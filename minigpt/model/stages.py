@@ -5,6 +5,8 @@ interventions.py checks against, and trace.py, trace_text.py and the explore pag
     blocks.{i}.{stage}                         every stage of block i, in the order it computes them
     blocks.{i}.attention_weights               softmax(mask(Q K^T / sqrt(d))), recorded inside attention
     blocks.{i}.heads                           each head's mixed values before W_O: replaceable, not recorded
+    blocks.{i}.pre_activation                  x W1 + b1 inside the FFN, before the activation: replaceable,
+                                               not recorded (kept where asked: a part fed one row, feed.py)
     final_norm, logits                         after the last block
 
 Plain names only, no torch: anything (the command layer, the page's server) can read them cheaply.
@@ -32,6 +34,10 @@ BLOCK_STAGES = {"pre": PRE_NORM, "post": POST_NORM}
 # inside attention: recorded just before `attention` (its weights), and replaceable only (`heads`)
 ATTENTION_WEIGHTS = "attention_weights"
 HEADS = "heads"
+# inside the FFN: x W1 + b1 before the activation (`hidden` is after it). Replaceable only, like
+# `heads`: a pass keeps it where a replacement asks (a part fed one row), so a trace's table and the
+# names a pass records stay the chapter's seven.
+PRE_ACTIVATION = "pre_activation"
 
 # the model's own, around the blocks
 INPUT = "input"
@@ -106,5 +112,7 @@ def recorded_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[
 
 
 def replaceable_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[str, ...]:
-    """Every name a replacement may target: the recorded ones and each block's `heads`."""
-    return recorded_names(n_layer, norm_position, ffn) + tuple(block_name(i, HEADS) for i in range(n_layer))
+    """Every name a replacement may target: the recorded ones, each block's `pre_activation` (with an
+    FFN) and each block's `heads`."""
+    inner = tuple(block_name(i, PRE_ACTIVATION) for i in range(n_layer)) if ffn else ()
+    return recorded_names(n_layer, norm_position, ffn) + inner + tuple(block_name(i, HEADS) for i in range(n_layer))
