@@ -40,6 +40,19 @@ DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.toml"
 DEFAULT_CORPUS = PROJECT_ROOT / "data" / "tinyshakespeare.txt"
 
 
+# `[model] exercise`: what each exercise's learner's module needs of [model] (minigpt/exercises/catalogue.py
+# says the rest of each); the FFN ones, and the block, need an FFN in every block.
+EXERCISE_MODEL: dict[str, dict[str, Any]] = {
+    "rmsnorm": {"norm": "rmsnorm"},
+    "layernorm": {"norm": "layernorm"},
+    "ffn": {"activation": "relu"},
+    "attention": {},
+    "block": {"norm_position": "pre", "residual": True},
+    "swiglu": {"activation": "swiglu"},
+}
+EXERCISES_WITH_FFN = ("ffn", "block", "swiglu")
+
+
 def _spec(
     default: Any,
     help: str,
@@ -101,11 +114,17 @@ class ModelConfig:
         choices=("learned", "none"),
     )
     residual: bool = _spec(True, "the skip connections: x + sublayer(...) (false: x = sublayer(...) alone)")
+    exercise: str = _spec(
+        "none",
+        "a learner's module in place of minigpt's (minigpt exercise): rmsnorm or layernorm at every norm, ffn "
+        "or swiglu as each FFN, attention as each attention, block as each block; none: minigpt's own",
+        choices=("none", *EXERCISE_MODEL),
+    )
 
 
 # [model] keys added after checkpoints were first written: one stored without them was trained with
 # their defaults, which is what every earlier model computed.
-LATER_MODEL_KEYS = ("positions", "residual")
+LATER_MODEL_KEYS = ("positions", "residual", "exercise")
 # The same for [train]: a run trained before tasks existed trained on text, task = "none".
 LATER_TRAIN_KEYS = (
     "task",
@@ -116,6 +135,7 @@ LATER_TRAIN_KEYS = (
     "lora_alpha",
     "lora_dropout",
     "lora_targets",
+    "exercise_file",
 )
 LORA_TARGETS = ("qkv", "out", "W1", "W2")
 
@@ -161,6 +181,9 @@ class TrainConfig:
         "tokenizer (empty: fresh weights)",
     )
     init_checkpoint: str = _spec("last", "which weights of the init_from run: last, or best", choices=("last", "best"))
+    exercise_file: str = _spec(
+        "", "the learner's file of the model's exercise (empty: exercises/NAME.py in the current folder)"
+    )
     recompute: bool = _spec(
         False,
         "keep only each block's input for the backward pass and compute the rest again there (less memory, "
@@ -264,7 +287,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "sample": SampleConfig,
 }
-PATH_KEYS = {("train", "data"), ("train", "out"), ("train", "init_from")}
+PATH_KEYS = {("train", "data"), ("train", "out"), ("train", "init_from"), ("train", "exercise_file")}
 # Path keys that may also be a list of paths (a TOML array; a repeated option).
 PATH_LISTS = {("train", "data")}
 # Typed values for keys, by name, per section: {"train": {"steps": 500}} (flags, API arguments).
@@ -592,6 +615,7 @@ def load_config(
     )
     if overrides:  # plain text: it is also the header of a run's config.toml
         cfg.source = f"{where} with overrides {' '.join(overrides)}"
+    cfg = _exercise(cfg)
     _cross_checks(cfg)
     return _task_tokenizer(cfg)
 
@@ -601,6 +625,45 @@ def _task_tokenizer(cfg: Config) -> Config:
     if cfg.train.task != "none" and cfg.tokenizer.kind == "bpe" and ("tokenizer", "kind") not in cfg.chosen:
         return replace(cfg, tokenizer=replace(cfg.tokenizer, kind="char"))
     return cfg
+
+
+def _exercise(cfg: Config) -> Config:
+    """[model] exercise: the [model] values its learner's module needs (set where the config leaves
+    the key out, refused where it sets it otherwise), and the learner's file ([train] exercise_file,
+    by default exercises/NAME.py in the current folder, resolved here so the run records where)."""
+    name, where = cfg.model.exercise, cfg.source
+    if name == "none":
+        if cfg.train.exercise_file:
+            raise ConfigError(
+                '{where}: [train] exercise_file = {file} names a learner\'s file, but [model] exercise = "none"; '
+                "give {exercise} NAME as well, or leave exercise_file out",
+                where=where,
+                file=_toml_value(cfg.train.exercise_file),
+            )
+        return cfg
+    needs = EXERCISE_MODEL[name]
+    for key, needed in needs.items():
+        given = getattr(cfg.model, key)
+        if given != needed and ("model", key) in cfg.chosen:
+            raise ConfigError(
+                '{where}: [model] exercise = "{name}" needs [model] {key} = {needed} (the learner\'s module takes '
+                "that part's place), but the config sets {key} = {given}; leave {key} out (the exercise sets it) "
+                "or set it to {needed}",
+                where=where,
+                name=name,
+                key=key,
+                needed=_toml_value(needed),
+                given=_toml_value(given),
+            )
+    if name in EXERCISES_WITH_FFN and cfg.model.ffn_hidden == 0:
+        raise ConfigError(
+            '{where}: [model] exercise = "{name}" needs an FFN in every block, and [model] ffn_hidden = 0 builds '
+            "none; set ffn_hidden above 0",
+            where=where,
+            name=name,
+        )
+    file = cfg.train.exercise_file or str(Path.cwd() / "exercises" / f"{name}.py")
+    return replace(cfg, model=replace(cfg.model, **needs), train=replace(cfg.train, exercise_file=file))
 
 
 def _apply_given(values: dict[str, dict[str, Any]], given: Given) -> None:
@@ -617,7 +680,7 @@ def updated(cfg: Config, given: Given) -> Config:
     file's would be."""
     values = {section: asdict(getattr(cfg, section)) for section in SECTIONS}
     _apply_given(values, given)
-    new = replace(cfg, **{section: SECTIONS[section](**values[section]) for section in SECTIONS})
+    new = _exercise(replace(cfg, **{section: SECTIONS[section](**values[section]) for section in SECTIONS}))
     _cross_checks(new)
     return _task_tokenizer(new)
 

@@ -47,6 +47,8 @@ def unfoldable(model: MiniGPT) -> str | None:
     """Why `fold_norms` cannot fold this model, or None when it can."""
     if type(model) is not MiniGPT:  # a subclass may read its norms some other way
         return f"{type(model).__name__} is not a MiniGPT; only MiniGPT's own blocks are known to fold"
+    if model.parts is not None:  # a learner's module (an exercise) runs as it is written, never replaced
+        return "it runs a learner's module (an exercise), which is run as written, not replaced by a plain norm"
     if model.cfg.norm_position != "pre":
         return (
             "a post-norm block's norms are not read by one matrix each (LN2's output is the residual "

@@ -27,6 +27,8 @@ is called only where it acts (in eval mode or at p = 0 it returns its input and 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -103,16 +105,34 @@ def _skip(stream: Tensor, update: Tensor) -> Tensor:
     return update
 
 
+@dataclass(frozen=True)
+class Parts:
+    """Modules the model builds in place of its own: a learner's (`minigpt exercise`, whose plug.py
+    makes these). Each is a function of the [model] section returning the module, called where minigpt
+    would build its own, so its parameters are named where minigpt's are (blocks.0.norm1.weight).
+    `block` replaces a whole Block (called as Block.forward is). `source`: where they came from, which
+    the checkpoints record."""
+
+    norm: Callable[[ModelConfig], nn.Module] | None = None
+    attention: Callable[[ModelConfig], nn.Module] | None = None
+    ffn: Callable[[ModelConfig], nn.Module] | None = None
+    block: Callable[[ModelConfig], nn.Module] | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+OWN_PARTS = Parts()
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
         self.residual = residual_add if cfg.residual else _skip
-        self.norm1 = make_norm(cfg)
-        self.attention = CausalSelfAttention(cfg)
+        self.norm1 = make_norm(cfg, substitute=parts.norm)
+        self.attention = parts.attention(cfg) if parts.attention else CausalSelfAttention(cfg)
         if cfg.ffn_hidden > 0:  # ffn_hidden = 0: attention only, no norm2 and no ffn module at all
-            self.norm2 = make_norm(cfg)
-            self.ffn = FeedForward(cfg)
+            self.norm2 = make_norm(cfg, substitute=parts.norm)
+            self.ffn = parts.ffn(cfg) if parts.ffn else FeedForward(cfg)
 
     def forward(
         self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
@@ -147,21 +167,27 @@ class Block(nn.Module):
 
 
 class MiniGPT(nn.Module):
-    def __init__(self, cfg: ModelConfig, vocab_size: int):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, parts: Parts | None = None):
+        """`parts`: modules built in place of minigpt's (a learner's); a [model] section that names an
+        exercise needs them, so that no model of it is ever built with minigpt's parts instead."""
         super().__init__()
         if vocab_size < 1:
             raise MinigptError("vocab_size = {vocab_size}; a model needs at least one token", vocab_size=vocab_size)
+        if (cfg.exercise != "none") != (parts is not None):
+            raise ValueError(f"[model] exercise = {cfg.exercise!r} goes with a learner's Parts, and only it does")
+        self.parts = parts
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.context = cfg.context
         self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
         if cfg.positions == "learned":  # positions = "none": no table, the input is the token row alone
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        parts = parts or OWN_PARTS
+        self.blocks = nn.ModuleList(parts.block(cfg) if parts.block else Block(cfg, parts) for _ in range(cfg.n_layer))
         # [train] recompute: training keeps each block's input alone and computes the block again in
         # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
         self.recompute = False
-        self.final_norm = make_norm(cfg)
+        self.final_norm = make_norm(cfg, substitute=parts.norm)
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.token_table.weight

@@ -11,6 +11,7 @@ scaled-dot-product kernel, with one it computes its weights explicitly so they c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -79,7 +80,12 @@ class NoNorm(nn.Module):
         return x
 
 
-def make_norm(cfg: ModelConfig, affine: bool = True) -> nn.Module:
+def make_norm(
+    cfg: ModelConfig, affine: bool = True, substitute: Callable[[ModelConfig], nn.Module] | None = None
+) -> nn.Module:
+    """The norm `[model] norm` names, or what `substitute` builds in its place (a learner's: gpt.Parts)."""
+    if substitute is not None:
+        return substitute(cfg)
     if cfg.norm == "none":
         return NoNorm()
     if cfg.norm == "layernorm":
@@ -172,17 +178,23 @@ class FeedForward(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(self, x: Tensor, recorder: Recorder | None = None) -> Tensor:
-        """x: [B, T, C] -> ffn [B, T, C]; the recorder, if any, records (and may replace) `hidden`."""
-        hidden = self.activate(self.W1(x))  # [B, T, F]
+        """x: [B, T, C] -> ffn [B, T, C]; the recorder, if any, records (and may replace) `hidden`, and
+        may replace (or keep, when asked) `pre_activation`, x W1 + b1."""
+        pre = self.W1(x)  # x W1 + b1: [B, T, F]
+        if recorder is not None:
+            pre = recorder.modify(stages.PRE_ACTIVATION, pre)
+        # a recorder may have kept `pre`: then ReLU must not overwrite it in place
+        hidden = self.activate(pre, inplace=recorder is None)  # [B, T, F]
         if recorder is not None:
             hidden = recorder.record(stages.HIDDEN, hidden)
         ffn = self.W2(hidden)  # [B, T, C]
         return F.dropout(ffn, self.dropout) if self.training and self.dropout > 0 else ffn
 
-    def activate(self, pre: Tensor) -> Tensor:
-        """hidden from W1's output: the non-linearity (SwiGLU: the gate times the value)."""
+    def activate(self, pre: Tensor, inplace: bool = True) -> Tensor:
+        """hidden from W1's output: the non-linearity (SwiGLU: the gate times the value). `inplace`
+        (ReLU): `pre` is W1's fresh output, read by nothing else, so ReLU may overwrite it."""
         if self.activation == "relu":
-            return F.relu(pre, inplace=True)  # `pre` is W1's fresh output, read by nothing else
+            return F.relu(pre, inplace=inplace)
         if self.activation == "gelu":
             return F.gelu(pre)
         if self.activation == "gelu_tanh":  # GPT-2's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -69,7 +69,10 @@ def model_payload(cfg: Config, model: MiniGPT, tokenizer_size: int | None = None
         payload = state_payload(cfg, lora.adapter_state(model), model.vocab_size, tokenizer_size)
         payload["lora"] = dict(model.lora_settings)
         return payload
-    return state_payload(cfg, model.state_dict(), model.vocab_size, tokenizer_size)
+    payload = state_payload(cfg, model.state_dict(), model.vocab_size, tokenizer_size)
+    if model.parts is not None:  # a learner's module: its file (name, path, sha256, source), read back by reading.py
+        payload["exercise"] = dict(model.parts.source)
+    return payload
 
 
 def state_payload(

@@ -17,7 +17,7 @@ from ..io import atomic_folder, atomic_write_text
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
 from .checkpoints import model_payload, save_checkpoint
-from .layout import CHECKPOINT_FILE, CONFIG_FILE, ORIGIN_FILE, TOKENIZER_FILE
+from .layout import CHECKPOINT_FILE, CONFIG_FILE, EXERCISE_COPIES, ORIGIN_FILE, TOKENIZER_FILE
 from .lock import RunLock
 
 # ---------------------------------------------------------------- creating a run folder
@@ -125,6 +125,11 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, payloa
     if "origin" in payload:
         atomic_write_text(run_dir / ORIGIN_FILE, json.dumps(payload["origin"], indent=2) + "\n")
     save_checkpoint(run_dir / CHECKPOINT_FILE, payload)
+    if "exercise" in payload:  # the learner's file the model runs, as trained: the run describes itself
+        record = payload["exercise"]
+        copy = run_dir / EXERCISE_COPIES / f"{record['name']}.py"
+        copy.parent.mkdir(exist_ok=True)
+        atomic_write_text(copy, record["source"])
 
 
 def check_new_run(run_dir: Path, force: bool) -> None:

@@ -7,6 +7,8 @@
     run/best.pt          the model at its best validation loss so far (no optimizer state)
     run/metrics.jsonl    one JSON object per logged step and per evaluation
     run/origin.json      where the starting weights came from (an import, a fine-tune's source)
+    run/exercises/NAME.py  the learner's file a model of an exercise was trained with (a copy; the
+                         checkpoint records its path and sha256, and every reading checks that file)
 
 Every file is written atomically (io.py).
 """
@@ -19,5 +21,6 @@ CHECKPOINT_FILE = "checkpoint.pt"
 BEST_FILE = "best.pt"  # the weights at the best validation loss so far (weights and [model] only)
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}
 METRICS_FILE = "metrics.jsonl"
+EXERCISE_COPIES = "exercises"  # run/exercises/NAME.py: the learner's file, as the run was trained with it
 ORIGIN_FILE = "origin.json"  # where a run's starting weights came from (a fine-tune's source), when not fresh
 FORMAT_VERSION = 1

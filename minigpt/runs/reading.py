@@ -15,9 +15,10 @@ from ..errors import MinigptError
 from ..io import file_sha256
 from ..memory import check_memory, parameter_count, reading_bytes
 from ..model import lora
-from ..model.gpt import MiniGPT
+from ..model.gpt import MiniGPT, Parts
 from ..text.tokenizer import TextTokenizer
 from .checkpoints import load_checkpoint, tokenizer_size
+from .exercise import recorded_parts
 from .identity import check_model_matches
 from .layout import BEST_FILE, CHECKPOINT_FILE, CHECKPOINTS, CONFIG_FILE, TOKENIZER_FILE
 
@@ -79,6 +80,7 @@ class RunWeights:
     payload: dict[str, Any]
     model_config: ModelConfig
     tokenizer: TextTokenizer
+    parts: Parts | None = None  # a learner's module the model was trained with (runs/exercise.py)
 
 
 def read_weights(run_dir: Path, checkpoint: str = "last") -> RunWeights:
@@ -117,7 +119,8 @@ def read_weights(run_dir: Path, checkpoint: str = "last") -> RunWeights:
             writable=writable,
             of_rows=of_rows,
         )
-    return RunWeights(path, payload, model_config, tokenizer)
+    # A learner's module (an exercise) from the file the run records, refused when it has changed.
+    return RunWeights(path, payload, model_config, tokenizer, recorded_parts(payload, model_config, path))
 
 
 def model_state(weights: RunWeights) -> dict[str, Any]:
@@ -131,7 +134,7 @@ def model_state(weights: RunWeights) -> dict[str, Any]:
 def adapted_model(weights: RunWeights, settings: dict[str, Any] | None = None) -> MiniGPT:
     """A LoRA checkpoint's model: the base it names, read and checked, with these adapters on it."""
     settings = settings or weights.payload["lora"]
-    model = MiniGPT(weights.model_config, weights.payload["vocab_size"])
+    model = MiniGPT(weights.model_config, weights.payload["vocab_size"], weights.parts)
     model.load_state_dict(model_state(base_weights(settings["base"])))
     lora.attach(model, settings)
     lora.load_adapters(model, weights.payload["model"])
@@ -187,6 +190,6 @@ def load_model(
     )
     # Built on the CPU and overwritten: a meta-device build would skip the random init, but its first
     # use imports more of torch than the init costs at this size.
-    model = MiniGPT(model_config, rows)
+    model = MiniGPT(model_config, rows, weights.parts)
     model.load_state_dict(model_state(weights))  # a LoRA run's: its base with the adapters merged in
     return model.to(device).eval(), weights.tokenizer

@@ -1,0 +1,100 @@
+"""Checking a learner's file: every check of its exercise, one line each, the mistake in words.
+
+    report = check_file(read_learner("rmsnorm", "exercises/rmsnorm.py"))
+    report.passed, [result.line for result in report.results]
+
+A check's line says what it verified when it passes, and the mistake (with the input that exposes
+it) when it fails. Once the learner's code raises in a check, the rest of that name's checks are
+not run (each would raise the same), and the line says so. The same failing line from several
+checks (a wrong output no known mistake explains) is said once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..learner import LearnerFile
+from . import attention, block, ffn, norms
+from .common import Group, Probe, Stop
+
+SUITES: dict[str, Callable[[Probe], list[Group]]] = {
+    "rmsnorm": norms.rmsnorm,
+    "layernorm": norms.layernorm,
+    "ffn": ffn.ffn,
+    "swiglu": ffn.swiglu,
+    "attention": attention.attention,
+    "block": block.block,
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    passed: bool
+    line: str
+    shown: bool = True  # False: the same failing line as an earlier check's, said once
+
+
+@dataclass(frozen=True)
+class Report:
+    exercise: str
+    path: Path
+    sha256: str
+    results: list[Result]
+    not_run: int  # checks skipped after the learner's code raised
+
+    @property
+    def passed(self) -> bool:
+        return self.not_run == 0 and all(result.passed for result in self.results)
+
+    @property
+    def failures(self) -> list[Result]:
+        return [result for result in self.results if not result.passed]
+
+    @property
+    def total(self) -> int:
+        return len(self.results) + self.not_run
+
+
+def check_file(learner: LearnerFile) -> Report:
+    """Every check of the learner's file, in order."""
+    results: list[Result] = []
+    probe = Probe(learner)
+    threads = torch.get_num_threads()
+    # One thread: the checks' tensors are tiny, and waking a second thread per operation costs more
+    # than the operation (far more on a busy machine).
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):  # a learner's random init must not move the caller's stream
+            torch.manual_seed(0)
+            not_run = _run(SUITES[learner.exercise](probe), results)
+    finally:
+        torch.set_num_threads(threads)
+    return Report(learner.exercise, learner.path, learner.sha256, results, not_run)
+
+
+def _run(groups: list[Group], results: list[Result]) -> int:
+    """Each group's checks in order, their results appended; returns how many were not run."""
+    not_run = 0
+    for group in groups:
+        for index, check in enumerate(group.checks):
+            try:
+                mistake = check.run()
+            except Stop as stop:
+                rest = len(group.checks) - index - 1
+                more = (
+                    f"; the other {rest} checks of {group.subject} were not run"
+                    if rest > 1
+                    else f"; the other check of {group.subject} was not run"
+                    if rest
+                    else ""
+                )
+                results.append(Result(False, f"{stop}{more}"))
+                not_run += rest
+                break
+            said = mistake is not None and any(not r.passed and r.line == mistake for r in results)
+            results.append(Result(mistake is None, check.says if mistake is None else mistake, not said))
+    return not_run

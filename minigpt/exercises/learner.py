@@ -1,0 +1,106 @@
+"""A learner's file: read, imported, its names found, its sha256.
+
+Anything wrong with the file itself (missing, not UTF-8, does not import, lacks a name the exercise
+needs) is one refusal naming the file and, where the file has one, the line; never a traceback. The
+code runs as the learner wrote it: importing it is running it, which is the point of the exercise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import MinigptError
+from .catalogue import EXERCISES
+
+FOLDER = "exercises"  # where `exercise start` writes NAME.py, under the current folder by default
+
+
+def learner_path(name: str, folder: str | Path | None = None) -> Path:
+    """Where the learner's file of exercise `name` is: FOLDER/NAME.py (default folder: exercises/)."""
+    return Path(folder if folder is not None else FOLDER) / f"{name}.py"
+
+
+def where_raised(exc: BaseException, path: Path) -> str:
+    """`, line N` of the learner's file where `exc` was raised (its last frame there), or nothing."""
+    lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if Path(frame.filename) == path]
+    if isinstance(exc, SyntaxError) and exc.lineno and Path(exc.filename or "") == path:
+        lines.append(exc.lineno)
+    return f", line {lines[-1]}" if lines else ""
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in a few words: `NotImplementedError: implement forward`."""
+    text = " ".join(str(exc.msg if isinstance(exc, SyntaxError) else exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class LearnerFile:
+    """One exercise's file as it is now: where, its text and sha256, and the module it imports as."""
+
+    exercise: str
+    path: Path  # absolute
+    source: str
+    sha256: str
+    module: ModuleType
+
+    def __getitem__(self, name: str):
+        return getattr(self.module, name)
+
+
+_imported: dict[tuple[Path, str], ModuleType] = {}  # (path, sha256): a file imported once per process
+
+
+def read_learner(exercise: str, path: str | Path) -> LearnerFile:
+    """The learner's file at `path` for `exercise`, imported; refused in one line when it is not
+    there, not UTF-8, does not import, or lacks one of the names the exercise needs."""
+    shown, path = Path(path), Path(path).resolve()  # messages name the file as given
+    if not path.is_file():
+        raise MinigptError(
+            "there is no {path}: the exercise {exercise} is written in that file", path=shown, exercise=exercise
+        )
+    data = path.read_bytes()
+    try:
+        source = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MinigptError("{path} is not UTF-8 text; save it as UTF-8", path=shown) from None
+    sha = hashlib.sha256(data).hexdigest()
+    module = _imported.get((path, sha))
+    if module is None:
+        module = _import(exercise, path, shown, source, sha)
+        _imported[(path, sha)] = module
+    needed = EXERCISES[exercise].names
+    missing = [name for name in needed if not hasattr(module, name)]
+    if missing:
+        raise MinigptError(
+            "{path} defines no {missing}; the exercise {exercise} needs {needed} (keep the names of the starter)",
+            path=shown,
+            missing=" and no ".join(missing),
+            exercise=exercise,
+            needed=", ".join(needed),
+        )
+    return LearnerFile(exercise, path, source, sha, module)
+
+
+def _import(exercise: str, path: Path, shown: Path, source: str, sha: str) -> ModuleType:
+    name = f"minigpt_exercise_{exercise}_{sha[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # what a dataclass or a pickle in the file looks itself up in
+    try:
+        exec(compile(source, str(path), "exec"), module.__dict__)
+    except Exception as exc:  # whatever the learner's code raises while it is imported
+        del sys.modules[name]
+        raise MinigptError(
+            "{path} does not import: {what}{where}; fix it and check it again",
+            path=shown,
+            what=describe(exc),
+            where=where_raised(exc, path),
+        ) from None
+    return module

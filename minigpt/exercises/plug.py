@@ -1,0 +1,192 @@
+"""A learner's module in a real model: the `Parts` MiniGPT builds in place of its own.
+
+    rmsnorm, layernorm   every norm (norm1, norm2, final_norm) is the learner's class, built
+                         (width, eps); the block records its output as minigpt's norm's
+    ffn, swiglu          each block's FFN is the learner's class, built (width, hidden, bias)
+    attention            each block's attention is the learner's class, built (width, heads, bias)
+    block                each block is the learner's Block, built from minigpt's own norms,
+                         attention and FFN (so its parameters are named as minigpt's block's)
+
+The learner's module computes; the stages minigpt records inside a part are recorded around it,
+through forward hooks on the modules it calls (the checks make sure it calls them): `hidden` where
+it enters the FFN's W2 (and `pre_activation` where it leaves W1), each head's values where they
+enter W_O, and the attention weights from the Q and K its own `qkv` computed (softmax of the
+masked, scaled scores: the chapter's formula, since the learner's module returns its output
+alone). A replacement of such a stage (an intervention, a patch) acts there too, so a trace, a
+patch or an attribution of the run reads and changes the learner's computation. The KV cache of
+sampling is kept for a learner's attention as the inputs it has seen, which it attends over again.
+
+Each class is the learner's own, subclassed only to take minigpt's call (`forward(x, recorder,
+cache, last_only)`): its parameters, names and arithmetic are untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack, contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import MinigptError
+from ..model import stages
+from ..model.cache import LayerCache
+from ..model.gpt import Parts
+from ..model.layers import CausalSelfAttention, FeedForward, _causal_mask, make_norm
+from ..model.recorder import Recorder
+from .learner import LearnerFile
+
+
+def parts_of(learner: LearnerFile) -> Parts:
+    """The Parts that put `learner`'s module where minigpt builds its own."""
+    name, module = learner.exercise, learner.module
+    source = {"name": name, "file": str(learner.path), "sha256": learner.sha256, "source": learner.source}
+    if name == "rmsnorm":
+        return Parts(norm=lambda cfg: module.RMSNorm(cfg.n_embd, cfg.norm_eps), source=source)
+    if name == "layernorm":
+        return Parts(norm=lambda cfg: module.LayerNorm(cfg.n_embd, cfg.norm_eps), source=source)
+    if name in ("ffn", "swiglu"):
+        cls = _plugged(module.FeedForward if name == "ffn" else module.SwiGLU, _ffn_forward)
+        return Parts(ffn=lambda cfg: cls(cfg.n_embd, cfg.ffn_hidden, cfg.bias), source=source)
+    if name == "attention":
+        cls = _plugged(module.CausalSelfAttention, _attention_forward)
+        return Parts(
+            attention=lambda cfg: _with_heads(cls(cfg.n_embd, cfg.n_head, cfg.bias), cfg.n_head), source=source
+        )
+    cls = _plugged(module.Block, _block_forward)
+    return Parts(
+        block=lambda cfg: cls(make_norm(cfg), CausalSelfAttention(cfg), make_norm(cfg), FeedForward(cfg)), source=source
+    )
+
+
+def _plugged(cls: type, forward) -> type:
+    """The learner's class, taking minigpt's call: `forward` calls the learner's own."""
+    return type(
+        cls.__name__, (cls,), {"forward": forward, "learner_forward": cls.forward, "__module__": cls.__module__}
+    )
+
+
+def _with_heads(module: nn.Module, heads: int) -> nn.Module:
+    module.minigpt_heads = heads  # what the recorded attention weights split Q and K into
+    return module
+
+
+@contextmanager
+def _hooks(*pairs):
+    """Forward hooks (and pre-hooks) held for one call: (register, hook) pairs."""
+    with ExitStack() as stack:
+        for register, hook in pairs:
+            stack.callback(register(hook).remove)
+        yield
+
+
+# ---------------------------------------------------------------- ffn, swiglu
+
+
+def _ffn_forward(self, x: Tensor, recorder: Recorder | None = None) -> Tensor:
+    if recorder is None:
+        return self.learner_forward(x)
+    with _hooks(
+        (self.W1.register_forward_hook, lambda m, args, out: recorder.modify(stages.PRE_ACTIVATION, out)),
+        (self.W2.register_forward_pre_hook, lambda m, args: (recorder.record(stages.HIDDEN, args[0]), *args[1:])),
+    ):
+        return self.learner_forward(x)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def _attention_forward(
+    self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+) -> Tensor:
+    """The learner's attention over every position it may see: with the cache, the inputs seen so
+    far and these (kept in the cache as one head of width C, so the cache's length moves as
+    minigpt's does), returning the rows of these T positions."""
+    T = x.shape[1]
+    seen = x
+    if cache is not None:
+        seen, _ = cache.extend(x.unsqueeze(1), x.unsqueeze(1))
+        seen = seen[:, 0]
+    if recorder is None:
+        out = self.learner_forward(seen)
+    else:
+        with _hooks(
+            (self.qkv.register_forward_hook, lambda m, args, qkv: _record_weights(recorder, qkv, self.minigpt_heads)),
+            (
+                self.out.register_forward_pre_hook,
+                lambda m, args: (_heads(recorder, args[0], self.minigpt_heads), *args[1:]),
+            ),
+        ):
+            out = self.learner_forward(seen)
+    out = out[:, -T:]
+    return out[:, -1:] if last_only else out
+
+
+def _record_weights(recorder: Recorder, qkv: Tensor, heads: int) -> None:
+    """softmax(mask(Q K^T / sqrt(d))) from the learner's own Q and K (heads split as the checks require)."""
+    B, T, three_c = qkv.shape
+    C = three_c // 3
+    d = C // heads
+    q, k = (t.view(B, T, heads, d).transpose(1, 2) for t in qkv.split(C, dim=-1)[:2])
+    scores = q @ k.transpose(-2, -1)
+    if scores.dtype in (torch.bfloat16, torch.float16):
+        scores = scores.float()  # as minigpt's attention: scale, mask and softmax in float32 at least
+    scores = scores / math.sqrt(d)
+    weights = torch.softmax(scores.masked_fill(~_causal_mask(T, T, 0, qkv.device), float("-inf")), dim=-1)
+    recorder.record(stages.ATTENTION_WEIGHTS, weights.to(qkv.dtype))
+
+
+def _heads(recorder: Recorder, joined: Tensor, heads: int) -> Tensor:
+    """Each head's values where they enter W_O, as minigpt's `heads` stage ([B, H, T, d]): replaced
+    if asked (an ablated head, a patch), and joined back."""
+    B, T, C = joined.shape
+    mixed = recorder.modify(stages.HEADS, joined.view(B, T, heads, C // heads).transpose(1, 2))
+    return mixed.transpose(1, 2).reshape(B, T, C)
+
+
+# ---------------------------------------------------------------- block
+
+
+def _block_forward(
+    self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+) -> Tensor:
+    """The learner's Block.forward on minigpt's parts, each part handed the recorder and the cache it
+    takes, and each stage recorded where it leaves a part (residual1 where it enters norm2)."""
+    if recorder is None and cache is None:
+        out = self.learner_forward(x)
+        return out[:, -1:] if last_only else out
+    if recorder is not None:
+        _refuse_inner_replacements(recorder)
+    tap = recorder.record if recorder is not None else (lambda name, value: value)
+    with ExitStack() as stack:
+        for part, given in (
+            (self.attention, {"recorder": recorder, "cache": cache}),
+            (self.ffn, {"recorder": recorder}),
+        ):
+            handle = part.register_forward_pre_hook(
+                lambda m, args, kwargs, given=given: (args, {**kwargs, **given}), with_kwargs=True
+            )
+            stack.callback(handle.remove)
+        if recorder is not None:
+            for register, hook in (
+                (self.norm1.register_forward_hook, lambda m, args, out: tap(stages.NORM1, out)),
+                (self.attention.register_forward_hook, lambda m, args, out: tap(stages.ATTENTION, out)),
+                (self.norm2.register_forward_pre_hook, lambda m, args: (tap(stages.RESIDUAL1, args[0]), *args[1:])),
+                (self.norm2.register_forward_hook, lambda m, args, out: tap(stages.NORM2, out)),
+                (self.ffn.register_forward_hook, lambda m, args, out: tap(stages.FFN, out)),
+            ):
+                stack.callback(register(hook).remove)
+        out = tap(stages.OUTPUT, self.learner_forward(x))
+    return out[:, -1:] if last_only else out
+
+
+def _refuse_inner_replacements(recorder: Recorder) -> None:
+    """A learner's Block adds its own residual1: recorded where it enters norm2, it cannot be replaced
+    there without the Block's own sum missing the change, so such an intervention is refused."""
+    name = recorder.prefix + stages.RESIDUAL1
+    if name in recorder.replacements:
+        raise MinigptError(
+            "this run's blocks are a learner's Block (exercise block), which computes residual1 inside its own "
+            "forward: {name} can be read there but not replaced; change attention or output instead",
+            name=name,
+        )
