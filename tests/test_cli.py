@@ -122,16 +122,27 @@ def test_trains_config_key_flags_are_built_from_their_keys():
     from dataclasses import fields
 
     from minigpt.commands.options import TrainOptions
-    from minigpt.config import TrainConfig
+    from minigpt.config import ModelConfig, TrainConfig
 
     params, shown = built_params("train"), help_lines("train")
     keys = [key for key in fields(TrainConfig) if key.name in params]
-    assert [key.name for key in keys] == ["data", "out", "task", "task_length", "init_from", "init_checkpoint", "steps"]
+    assert [key.name for key in keys] == [
+        "data",
+        "out",
+        "task",
+        "task_length",
+        "init_from",
+        "init_checkpoint",
+        "exercise_file",
+        "steps",
+    ]
     for key in keys:
         assert_built_from_its_key(params[key.name], key, "train", shown)
+    exercise = next(key for key in fields(ModelConfig) if key.name == "exercise")  # --exercise: a [model] key
+    assert_built_from_its_key(params["exercise"], exercise, "model", shown)
     assert params["data"].multiple and params["steps"].type.convert("7", None, None) == 7
     given = TrainOptions(data=[Path("a.txt"), Path("b")], steps=5, quiet=True).config_values()
-    assert given == {"train": {"data": [Path("a.txt"), Path("b")], "steps": 5}}  # what the API's train() takes
+    assert given == {"train": {"data": [Path("a.txt"), Path("b")], "steps": 5}, "model": {}}  # what train() takes
 
 
 def test_a_config_key_flag_is_checked_as_the_key_and_named_as_the_flag(minigpt_process):

@@ -286,10 +286,11 @@ def test_trace_grad_compare_shows_both_passes_norms():
     ]
 
 
-def test_the_readme_shows_trace_grads_real_output(monkeypatch):
+def test_the_trace_guide_shows_trace_grads_real_output(monkeypatch):
     command = "minigpt trace -c configs/lesson09.toml --ids 0,1,2 --position 1 --grad"
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    shown = readme.split(f"$ {command}\n", 1)[1].split("```", 1)[0].rstrip("\n").split("\n...\n")
+    guide = (REPO / "docs" / "guide" / "trace.md").read_text(encoding="utf-8")
+    shown = guide.split(f"$ {command}\n", 1)[1].split("```", 1)[0].rstrip("\n").removesuffix("\n...")
+    shown = shown.split("\n...\n")
     monkeypatch.chdir(REPO)
     printed = CliRunner().invoke(app, command.split()[1:]).stdout
     for part in shown:

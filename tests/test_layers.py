@@ -1,8 +1,9 @@
-"""The package's shape, checked by reading its source. The layers, top to bottom, as the README's
-Layout states them:
+"""The package's shape, checked by reading its source. The layers, top to bottom, as the Layout guide
+(docs/guide/layout-and-development.md) states them:
 
     cli -> commands -> explore -> api -> training | sampling | inspection | interchange
-        -> runs -> text -> model -> the base (config, errors, io, failpoints, device, memory, torch_private)
+        -> runs -> exercises -> text -> model
+        -> the base (config, errors, io, failpoints, device, memory, counts, torch_private)
 
 A library module imports its own subpackage and the layers below it, never one above (a peer of its
 layer only where PEERS says so); the command layer stands on the API alone (beside the base, the
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minigpt"
-BASE = ("config", "errors", "io", "failpoints", "device", "memory", "torch_private")
+BASE = ("config", "errors", "io", "failpoints", "device", "memory", "counts", "torch_private")
 LAYERS = [
     ("cli", "__main__", "__init__"),  # `python -m minigpt`, the console script and `import minigpt`
     ("commands",),
@@ -26,6 +27,7 @@ LAYERS = [
     ("api",),
     ("training", "sampling", "inspection", "interchange"),
     ("runs",),
+    ("exercises",),  # a learner's module: checked against the model's own, plugged into it
     ("text",),
     ("model",),
     BASE,
@@ -35,7 +37,15 @@ PEERS = {("training", "sampling")}  # a run's samples while it trains
 WHOLE = {0, len(LAYERS) - 1}  # the top and the base are one layer each: their modules import each other
 # What the command layer may import besides the API: the base, the explore server's backend, and
 # the renderers that turn the API's results into text and pictures.
-COMMANDS_MAY_USE = {"api", "explore", "inspection.trace_text", "inspection.why_text", "inspection.plot", *BASE}
+COMMANDS_MAY_USE = {
+    "api",
+    "explore",
+    "inspection.trace_text",
+    "inspection.why_text",
+    "inspection.counting_text",
+    "inspection.plot",
+    *BASE,
+}
 
 
 def module_name(path: Path) -> str:
@@ -110,11 +120,11 @@ def test_no_module_imports_another_in_a_cycle():
         visit(name, ())
 
 
-def test_the_readme_states_the_layers_this_test_holds():
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+def test_the_layout_guide_states_the_layers_this_test_holds():
+    guide = (PACKAGE.parent / "docs" / "guide" / "layout-and-development.md").read_text(encoding="utf-8")
     order = "cli -> commands -> explore -> api -> training | sampling | inspection | interchange"
-    assert order in " ".join(readme.split())
-    assert "-> runs -> text -> model -> the base" in " ".join(readme.split())
+    assert order in " ".join(guide.split())
+    assert "-> runs -> exercises -> text -> model -> the base" in " ".join(guide.split())
 
 
 def test_the_model_sits_on_the_base_alone():
@@ -295,7 +305,7 @@ def test_every_parameter_a_library_message_names_is_a_flag_and_an_api_argument()
     arguments = {
         name
         for function in [api.train, api.load, api.export, api.import_hf, api.import_nanogpt]
-        + [getattr(api.Run, m) for m in ("sample", "samples", "trace", "attribute", "patch", "eval", "export")]
+        + [getattr(api.Run, m) for m in ("sample", "samples", "trace", "feed", "attribute", "patch", "eval", "export")]
         + [trace_text.render_text, trace_text.render_comparison]  # the renderers a trace is shown with
         for name in inspect.signature(function).parameters
     }

@@ -221,9 +221,9 @@ def test_the_api_refuses_in_its_own_words():
         "minigpt patch -c configs/lesson09.toml --clean abc --corrupt adc --answer c --versus b",
     ],
 )
-def test_the_readmes_lesson_output_is_what_the_command_prints(command, monkeypatch):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    shown = readme.split(f"$ {command}\n", 1)[1].split("```", 1)[0].removeprefix("...\n").rstrip("\n")
+def test_the_why_that_token_guides_lesson_output_is_what_the_command_prints(command, monkeypatch):
+    guide = (REPO / "docs" / "guide" / "why-that-token.md").read_text(encoding="utf-8")
+    shown = guide.split(f"$ {command}\n", 1)[1].split("```", 1)[0].removeprefix("...\n").rstrip("\n")
     monkeypatch.chdir(REPO)
     printed = CliRunner().invoke(app, command.split()[1:]).stdout.rstrip("\n")
     assert printed.endswith(shown), (printed, shown)

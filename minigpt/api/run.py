@@ -4,7 +4,7 @@ attribute, patch, score and export."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,16 @@ from ..inspection import attribution, patching
 from ..inspection import interventions as edits
 from ..inspection.accuracy import Accuracy, accuracy
 from ..inspection.attribution import Attribution, check_decomposable
+from ..inspection.counting import Info, describe
+from ..inspection.feed import Fed, parse_feed
+from ..inspection.feed import feed as feed_part
 from ..inspection.patching import Patching
 from ..inspection.scoring import Scores, score
 from ..inspection.trace import Comparison, Trace, put_back, shape_differences, tokens_to_trace, trace_position
 from ..inspection.trace import compare as compare_passes
 from ..interchange import export as exporting
 from ..interchange import peft
-from ..model.gpt import MiniGPT
+from ..model.gpt import MiniGPT, check_token_ids
 from ..runs.origin import origin_run
 from ..runs.reading import NotARun, load_model, read_weights, reading_config
 from ..sampling.generate import SampleResult, complete, generate
@@ -29,6 +32,7 @@ from ..text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
 from ..text.reading import read_text
 from ..text.tasks import task_examples
 from ..text.tokenizer import TextTokenizer
+from ..training.optimizers import chosen_optimizer
 from .arguments import overrides
 
 # What `sample` takes, beside the prompt: the [sample] keys a call may set.
@@ -52,13 +56,18 @@ def load(
     return Run(Path(run_dir), cfg, model, tokenizer, checkpoint)
 
 
-def _changes(scale, replace_residual, ablate_head, set_input) -> list:
+def _changes(scale, replace_residual, ablate_head, set_input, set_row=(), norm_over=None, broadcast_update=()) -> list:
     """Interventions as the API takes them (a mapping or texts, numbers or texts), parsed."""
     return edits.parse(
         scale=[f"{k}={v}" for k, v in scale.items()] if isinstance(scale, Mapping) else list(scale),
         replace_residual=[str(b) for b in replace_residual],
         ablate_head=[str(h) for h in ablate_head],
         set_input=set_input if isinstance(set_input, str) or set_input is None else ",".join(map(str, set_input)),
+        set_row=[f"{k}={','.join(map(str, v))}" for k, v in set_row.items()]
+        if isinstance(set_row, Mapping)
+        else list(set_row),
+        norm_over=norm_over,
+        broadcast_update=list(broadcast_update),
     )
 
 
@@ -136,6 +145,11 @@ class Run:
         grad: bool = False,
         target: str | int | None = None,
         compare_run: Run | str | Path | None = None,
+        set_row: Mapping[str, Sequence[float]] | Sequence[str] = (),
+        norm_over: str | None = None,
+        broadcast_update: Sequence[str] = (),
+        compare_ids: Sequence[int] | str | None = None,
+        all_positions: bool = False,
     ) -> Trace | Comparison:
         """One position (default: the last) followed through every block of one forward pass.
         Interventions change stages of that same pass: `scale` {"0.attention": 0.0} (or
@@ -158,8 +172,41 @@ class Run:
         `compare_run` (a run folder, a loaded Run, or "origin": the run this one was fine-tuned
         from, `origin_run()`) gives a Comparison of two runs of one shape and tokenizer: `before`
         the compared run's pass, `after` this run's, of the same tokens, each with the same
-        interventions (a patch is refused: it would put back each run's own clean activation)."""
-        changes = _changes(scale, replace_residual, ablate_head, set_input)
+        interventions (a patch is refused: it would put back each run's own clean activation). The
+        two runs' blocks may compute in different orders (pre-norm beside post-norm, chapter 17.6):
+        their stages are aligned by name.
+
+        The chapter's exercises (17.8): `set_row` {"token_table.a": [2, 1]} (or
+        ["position_table.1=0,1"]; a token by its text or "#ID") sets table rows in a copy of the
+        weights; `norm_over` "positions" makes every block's norms average over the positions (the
+        wrong axis, for watching); `broadcast_update` ["0.attention"] hands the residual add the
+        update of position 0 alone, which it refuses; `compare_ids` gives a Comparison of another
+        prompt of as many tokens (`before`) with this one (`after`), each with the interventions;
+        `all_positions` adds every row stage at every position (`trace.all_positions`)."""
+        changes = _changes(scale, replace_residual, ablate_head, set_input, set_row, norm_over, broadcast_update)
+        changes = [self._token_row(item) if isinstance(item, edits.SetRow) else item for item in changes]
+        if compare_ids is not None and (compare or compare_run is not None or patch is not None):
+            raise MinigptError(
+                "{compare_ids} compares two prompts through this run; leave out {compare:on}, {compare_run} "
+                "and a patch (trace them separately)"
+            )
+        if all_positions and (compare or compare_run is not None or compare_ids is not None):
+            raise MinigptError(
+                "{all_positions:on} shows every position of one pass; a comparison shows one position of two, "
+                "so give one or the other"
+            )
+        if all_positions and grad:
+            raise MinigptError(
+                "{grad:on} is the gradient of one position's loss, beside that position's rows; leave out "
+                "{all_positions:on} to see it"
+            )
+        if all_positions:
+            compare = False  # one pass, the modified one, whatever the interventions
+        if attribute is not None and any(isinstance(item, edits.MODEL_EDITS) for item in changes):
+            raise MinigptError(
+                "{attribute} splits the logit of the run's own weights; {set_row} and {norm_over} change a copy "
+                "of them, so trace those without {attribute}"
+            )
         if compare_run is not None and compare:
             raise MinigptError(
                 "{compare:on} compares a pass with and without interventions, {compare_run} two runs; give one "
@@ -181,15 +228,52 @@ class Run:
         if target is not None and not grad:
             raise MinigptError("{target} is the token whose loss a gradient differentiates; give {grad:on} too")
         target_id = self._token(target, parameter("target"))
-        other = None if compare_run is None else self.comparison_run(compare_run)
+        other = None if compare_run is None else self.comparison_run(compare_run, order_may_differ=True)
         if other is not None and tokens is not None:
             try:
                 check_decomposable(other.model, changes)
             except MinigptError as exc:
                 raise MinigptError("the compared run {folder}: {reason}", folder=other.path, reason=exc) from None
+        before_ids = None
+        if compare_ids is not None:
+            try:
+                before_ids = tokens_to_trace(self.tokenizer, None, compare_ids)
+                check_token_ids(before_ids, self.model.vocab_size)
+            except MinigptError as exc:
+                raise MinigptError("{compare_ids}: {reason}", reason=exc) from None
         return self._trace(
-            prompt, ids, position, block, top, changes, at_position, compare, tokens, patch, grad, target_id, other
+            prompt,
+            ids,
+            position,
+            block,
+            top,
+            changes,
+            at_position,
+            compare,
+            tokens,
+            patch,
+            grad,
+            target_id,
+            other,
+            before_ids,
+            all_positions,
         )
+
+    def feed(self, feed: str, row: Sequence[float] | str | None = None) -> Fed:
+        """One part of the model run on one row of your own numbers, every step shown (chapter 17's
+        exercises 2 and 4): `feed` "PART=NUMBERS" ("0.ffn=1,-1"), or the part alone with `row` (C
+        numbers or "1,-1"). PART "B.ffn": x W1 + b1, the activation, hidden W2 + b2, as the module
+        computed them; "B.norm1", "B.norm2" or "final_norm": mean, variance, denominator, normalised
+        row, gain and bias, then the module's output."""
+        part, numbers = parse_feed(feed) if row is None else (feed, row)
+        return feed_part(self.model, part, numbers)
+
+    def info(self, context: int | None = None) -> Info:
+        """Where this run's parameters and arithmetic are, part by part with each formula, training's
+        memory, and what its `auto` settings chose (`minigpt info`); the arithmetic per token at
+        `context` positions (default: the model's context)."""
+        planned = chosen_optimizer(self.model, self.cfg.train)[0]
+        return describe(self.path, self.cfg, self.model, planned, context)
 
     def origin_run(self) -> Run:
         """The run this one was fine-tuned from (`train(init_from=...)`), at the checkpoint it
@@ -199,10 +283,11 @@ class Run:
         origin = origin_run(self.path)
         return load(origin.folder, checkpoint=origin.checkpoint)
 
-    def comparison_run(self, compare_run: Run | str | Path) -> Run:
+    def comparison_run(self, compare_run: Run | str | Path, order_may_differ: bool = False) -> Run:
         """The run `trace(compare_run=...)` traces beside this one: a loaded Run, a run folder, or
         "origin" (`origin_run()`; a folder named origin is "./origin"), checked to have this run's
-        shape (trace.SHAPE_KEYS) and tokenizer (the same fingerprint), or refused naming what differs."""
+        shape (trace.SHAPE_KEYS; `order_may_differ`: but for its norm_position) and tokenizer (the
+        same fingerprint), or refused naming what differs."""
         if isinstance(compare_run, Run):
             other = compare_run
         elif isinstance(compare_run, str) and compare_run == "origin":
@@ -223,7 +308,7 @@ class Run:
                     folder=refused.folder,
                     lacks=refused.lacks,
                 ) from None
-        differences = shape_differences(self.model, other.model)
+        differences = shape_differences(self.model, other.model, order_may_differ)
         if differences:
             raise MinigptError(
                 "{compare_run} {folder} is not the shape of {this} ({join}: this run's first), so their stages "
@@ -283,6 +368,17 @@ class Run:
             )
         return token, other
 
+    def _token_row(self, item: edits.SetRow) -> edits.SetRow:
+        """A set-row of the token table with its token (text or #ID) resolved to its id."""
+        if item.table != "token_table":
+            return item
+        if not item.row.startswith("#"):
+            try:
+                self.tokenizer.encode(item.row)
+            except MinigptError as exc:  # a character a char tokenizer never saw: say where it came from
+                raise MinigptError("{where}: {reason}", where=item.where, reason=exc) from None
+        return replace(item, index=self._token(item.row, item.where))
+
     def _token(self, value: str | int | None, what: Phrase) -> int | None:
         """A token given by its text, "#ID" or an id (None stays None)."""
         if value is None:
@@ -305,12 +401,14 @@ class Run:
         grad=False,
         target=None,
         other: Run | None = None,
+        before_ids: list[int] | None = None,
+        all_positions: bool = False,
     ) -> Trace | Comparison:
         token_ids = tokens_to_trace(self.tokenizer, prompt, ids)
         use_threads(self.cfg.train.threads or 1)  # one forward pass of one prompt: tiny matmuls
         if patch is not None:  # the clean prompt's pass, recorded first
             changes = [*changes, put_back(self.model, self.tokenizer, patch, len(token_ids))]
-        if other is not None or (changes and compare is not False):
+        if other is not None or before_ids is not None or (changes and compare is not False):
             result = compare_passes(
                 self.model,
                 self.tokenizer,
@@ -323,8 +421,11 @@ class Run:
                 grad=grad,
                 target=target,
                 before_model=None if other is None else other.model,
+                before_ids=before_ids,
             )
-            if other is None:  # this run without the changes, then with them
+            if before_ids is not None:  # the other prompt's pass, then this one's, each with the changes
+                passes = [(result.before, self.model, changes), (result.after, self.model, changes)]
+            elif other is None:  # this run without the changes, then with them
                 passes = [(result.before, self.model, []), (result.after, self.model, changes)]
             else:  # the other run's pass, then this one's, each with the changes
                 result.run, result.compared_run = str(self.path), str(other.path)
@@ -341,6 +442,7 @@ class Run:
                 only_at_position=at_position,
                 grad=grad,
                 target=target,
+                all_positions=all_positions,
             )
             passes = [(result, self.model, changes)]
         if tokens is not None:

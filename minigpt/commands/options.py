@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..config import PATH_KEYS, PATH_LISTS, SECTIONS, SampleConfig, TrainConfig
+from ..config import PATH_KEYS, PATH_LISTS, SECTIONS, ModelConfig, SampleConfig, TrainConfig
 from ..errors import as_flag
 
 CONFIG_HELP = (
@@ -149,7 +149,13 @@ class ConfigAndRun(ConfigFile):
 
 # The config keys `train` and `sample` take as flags, after -c (and --run).
 TrainKeys = config_flags(
-    TrainConfig, ("data", "task", "task_length", "out", "steps", "init_from", "init_checkpoint"), after=ConfigFile
+    ModelConfig,
+    ("exercise",),
+    after=config_flags(
+        TrainConfig,
+        ("data", "task", "task_length", "out", "steps", "init_from", "init_checkpoint", "exercise_file"),
+        after=ConfigFile,
+    ),
 )
 SampleKeys = config_flags(SampleConfig, after=ConfigAndRun)  # every [sample] key
 
@@ -198,9 +204,11 @@ class SampleOptions(SampleKeys):
 class TraceOptions(Options):
     """Follow one position through every block: norm1, attention, residual1, norm2, hidden, ffn, output.
 
-    Interventions (--scale, --replace-residual, --ablate-head, --set-input) change stages of the
-    same forward pass; --compare shows what follows from them. --compare-run shows what another run
-    of the same shape computes differently (what fine-tuning changed: --compare-run origin).
+    Interventions (--scale, --replace-residual, --ablate-head, --set-input, --broadcast-update) change
+    stages of the same forward pass, --set-row and --norm-over a copy of the model; --compare shows
+    what follows from them. --compare-run shows what another run of the same shape computes
+    differently (what fine-tuning changed: --compare-run origin; a post-norm copy beside a pre-norm
+    run), --compare-ids what other tokens change. --feed runs one part on your own numbers.
     """
 
     config: ConfigOption = None
@@ -243,6 +251,30 @@ class TraceOptions(Options):
             help='Replace the traced position\'s block-0 input row, e.g. "2,2,2,2" (model width numbers).',
         ),
     ] = None
+    set_row: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set-row",
+            help="Set a table row in a copy of the weights: token_table.TOKEN=NUMBERS (TOKEN: its text or #ID) or "
+            "position_table.P=NUMBERS, e.g. token_table.a=2,1. Repeatable.",
+        ),
+    ] = None
+    norm_over: Annotated[
+        str | None,
+        typer.Option(
+            "--norm-over",
+            help="positions: every block's norms take their statistics over the positions, the wrong axis "
+            "(chapter 17.3), in a copy of the model, for watching a later token change an earlier row.",
+        ),
+    ] = None
+    broadcast_update: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--broadcast-update",
+            help="Hand block B's residual add the update of position 0 alone, [1, 1, C], for every position: "
+            "B.attention or B.ffn. The model refuses it (chapter 17.2).",
+        ),
+    ] = None
     at_position: Annotated[
         bool,
         typer.Option(
@@ -260,6 +292,29 @@ class TraceOptions(Options):
         ),
     ] = False
     compare_run: CompareRunOption = None
+    compare_ids: Annotated[
+        str | None,
+        typer.Option(
+            "--compare-ids",
+            help="Trace these ids (as many as the prompt's) beside the prompt, with the same interventions: what "
+            "the other tokens change at the traced position.",
+        ),
+    ] = None
+    all_positions: Annotated[
+        bool,
+        typer.Option(
+            "--all-positions",
+            help="Every position's row of every stage (the whole matrix), not only the traced position's.",
+        ),
+    ] = False
+    feed: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--feed",
+            help="Run one part on your own row, every step shown, no prompt: B.ffn=NUMBERS, B.norm1=..., B.norm2=... "
+            "or final_norm=..., e.g. 0.ffn=1,-1. Repeatable.",
+        ),
+    ] = None
     attribute: Annotated[
         str | None,
         typer.Option(
@@ -450,6 +505,64 @@ class ImportNanogptOptions(Options):
     force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class InfoOptions(Options):
+    """Count a run: its parameters part by part with the formula beside each, a forward pass's
+    arithmetic per token and per part at T positions, training's memory (an estimate), and what
+    its `auto` settings chose."""
+
+    config: ConfigOption = None
+    run: RunOption = None
+    context: Annotated[
+        int | None,
+        typer.Option(
+            "--context",
+            help="T: the positions a forward pass reads, for its arithmetic (default: the model's context).",
+        ),
+    ] = None
+    as_json: Annotated[bool, typer.Option("--json", help="Print the same numbers as one JSON object.")] = False
+    overrides: SetOption = None
+    checkpoint: CheckpointOption = "last"
+
+
+ExerciseName = Annotated[
+    str, typer.Argument(metavar="NAME", help="The exercise: rmsnorm, layernorm, ffn, attention, block or swiglu.")
+]
+ExerciseDir = Annotated[
+    Path, typer.Option("--dir", help="The folder of your exercise files, NAME.py each (default: exercises/ here).")
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExerciseListOptions(Options):
+    """Every exercise: where the texts define it, what it replaces in a model trained with it, and
+    where yours stands (not started, failing, passing)."""
+
+    dir: ExerciseDir = Path("exercises")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExerciseStartOptions(Options):
+    """Write the starter file of an exercise, DIR/NAME.py: a docstring saying what to implement (names,
+    signatures, the text's section) and code that runs but is wrong, or raises where it is yours to write."""
+
+    name: ExerciseName
+    dir: ExerciseDir = Path("exercises")
+    force: Annotated[bool, typer.Option("--force", help="Replace the file if it exists (your work in it is lost).")] = (
+        False
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExerciseCheckOptions(Options):
+    """Check your DIR/NAME.py against minigpt's own modules: one line per check, each failing one naming
+    the mistake and the input that shows it. Exits 0 when every check passes, 1 when one fails; then
+    `minigpt train --exercise NAME` trains a model with your module in it."""
+
+    name: ExerciseName
+    dir: ExerciseDir = Path("exercises")
+
+
 # The command line: each command's name, its options, and the module in minigpt/commands/ that runs it.
 # A name of two words is a subcommand ("import hf"): the first word groups them.
 COMMANDS: dict[str, tuple[type[Options], str]] = {
@@ -461,9 +574,14 @@ COMMANDS: dict[str, tuple[type[Options], str]] = {
     "export": (ExportOptions, "export"),
     "plot": (PlotOptions, "plot"),
     "explore": (ExploreOptions, "explore"),
+    "info": (InfoOptions, "info"),
     "import hf": (ImportHfOptions, "imports"),
     "import nanogpt": (ImportNanogptOptions, "imports"),
+    "exercise list": (ExerciseListOptions, "exercise"),
+    "exercise start": (ExerciseStartOptions, "exercise"),
+    "exercise check": (ExerciseCheckOptions, "exercise"),
 }
 GROUPS = {
-    "import": "Bring a model from elsewhere into a run folder: a Hugging Face GPT-2 folder, or a nanoGPT checkpoint."
+    "import": "Bring a model from elsewhere into a run folder: a Hugging Face GPT-2 folder, or a nanoGPT checkpoint.",
+    "exercise": "Implement a part of the model, get it checked, then train with it: list, start NAME, check NAME.",
 }
