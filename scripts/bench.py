@@ -32,7 +32,7 @@ where it matters, so both see the same machine at the same moment):
     arithmetic each sweep needs and the seconds it would take at the float32 matmul peak;
   - the shipped task configs (`--only tasks`): `minigpt train -c configs/TASK.toml` for reverse, sort,
     copy and add, start to exit, and `minigpt eval --json`'s held-out exact-match accuracy;
-  - fine-tuning GPT-2 small's and medium's shapes (`--only lora`): the README's recipe in full and
+  - fine-tuning GPT-2 small's and medium's shapes (`--only lora`): the fine-tune guide's recipe in full and
     with LoRA, with and without [train] recompute: peak resident memory and seconds per step;
   - `--against DIR` (with `--only versions`): this checkout against another one (a worktree of the
     commit before a change, say), the figures a change must keep: the training step, `minigpt
@@ -987,7 +987,7 @@ def versions_benchmark(other: Path, env: dict, scratch: Path, rounds: int = 3) -
     return {"other": str(versions["other"]), "runs": figures}
 
 
-# The README's GPT-2 small fine-tune recipe (nanoGPT's finetune_shakespeare at a 128-token window):
+# docs/guide/fine-tune.md's GPT-2 small recipe (nanoGPT's finetune_shakespeare at a 128-token window):
 # AdamW at a constant 3e-5, 8 windows x 4 micro-steps per step.
 FINE_TUNE = [
     'train.optimizer="adamw"', "train.learning_rate=3e-5", "train.min_lr=3e-5", "train.warmup_steps=0",

@@ -1,7 +1,7 @@
-"""The four experiments of "Remove it and watch" (README), run as a learner runs them: every model
+"""The four experiments of docs/guide/remove-it-and-watch.md, run as a learner runs them: every model
 trained by `minigpt train -c configs/...`, scored by `minigpt eval`, compared by `minigpt plot` and
-`minigpt trace`, on this machine, in one go. Writes the README's figures (docs/remove-*.png) and
-every number the README quotes (runs/remove-and-watch.json), and prints them.
+`minigpt trace`, on this machine, in one go. Writes the guide's figures (docs/remove-*.png) and
+every number the guide quotes (runs/remove-and-watch.json), and prints them.
 
     python scripts/remove_and_watch.py                 about 15 minutes on a 2-core laptop CPU
     python scripts/remove_and_watch.py --out DIR       the runs go to DIR (default: runs/)

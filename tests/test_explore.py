@@ -8,7 +8,7 @@ intervention highlights exactly the stages whose rows changed, every attribution
 --json`'s effect, a click on it tracing that patch (Run.trace's own numbers, ending in that
 effect). Tokens, sliders, stages and bars are driven from the keyboard.
 
-With MINIGPT_SCREENSHOTS=docs the run also writes the README's screenshots into docs/ (the default
+With MINIGPT_SCREENSHOTS=docs the run also writes the docs' screenshots into docs/ (the default
 run, which must be trained in runs/default first, a GPT-2-shaped model, and the attribution and
 patching views of a tiny trained run)."""
 
@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 LESSON_RUN = REPO / "data" / "lesson09"
 DEFAULT_RUN = REPO / "runs" / "default"
 SIZES = [(1280, 800), (800, 1000)]
-SCREENSHOTS = os.environ.get("MINIGPT_SCREENSHOTS")  # a folder, e.g. docs: write the README's screenshots there
+SCREENSHOTS = os.environ.get("MINIGPT_SCREENSHOTS")  # a folder, e.g. docs: write the docs' screenshots there
 
 
 # ---------------------------------------------------------------- servers and the command line beside them
@@ -724,7 +724,7 @@ def test_every_gradient_cell_is_trace_grads_norm(browser, tiny_run, tiny, size):
     no_sideways_overflow(page)
 
 
-@pytest.mark.skipif(not SCREENSHOTS, reason="MINIGPT_SCREENSHOTS=docs writes the README's screenshots")
+@pytest.mark.skipif(not SCREENSHOTS, reason="MINIGPT_SCREENSHOTS=docs writes the docs' screenshots")
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_screenshots_of_the_default_run(browser, size):
     from selenium.webdriver.common.by import By

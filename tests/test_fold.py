@@ -277,7 +277,7 @@ def test_kv_cache_and_full_recompute_give_the_same_tokens_through_the_fold():
 
 
 # ----------------------------------------------------------------------------------------------
-# the [model] switches (README, "Remove it and watch")
+# the [model] switches (docs/guide/remove-it-and-watch.md)
 
 SWITCHES = [
     dict(norm="none"),

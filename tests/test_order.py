@@ -1,4 +1,4 @@
-"""Experiment 1 of "Remove it and watch" (README), as a learner runs it: `minigpt trace --ids` with
+"""Experiment 1 of docs/guide/remove-it-and-watch.md, as a learner runs it: `minigpt trace --ids` with
 the tokens before a position permuted. Without a position table block 0's every row there is the
 same whatever their order (attention mixes a set); with the table it is not. Block 1 is another
 matter: the causal mask lets it tell orders apart even without positions (each earlier row saw a

@@ -14,7 +14,7 @@ RUN_FILES = {"config.toml", "tokenizer.json", "checkpoint.pt", "metrics.jsonl", 
 
 @pytest.fixture(scope="module")
 def two_block_run(tmp_path_factory):
-    """The README's default config with two blocks, trained for five steps, as a real process."""
+    """The default config with two blocks, trained for five steps, as a real process."""
     from conftest import run_minigpt
 
     folder = tmp_path_factory.mktemp("trained")

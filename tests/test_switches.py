@@ -1,4 +1,4 @@
-"""The four [model] switches of "Remove it and watch" (README): positions = "none", residual = false,
+"""The four [model] switches of docs/guide/remove-it-and-watch.md: positions = "none", residual = false,
 norm = "none", ffn_hidden = 0. For each: train a tiny model, resume it, sample, trace (the stages
 present or absent, and their values), eval; and what refuses: impossible combinations, GPT-2
 export, attribution and patching without a residual, interventions on a removed part."""

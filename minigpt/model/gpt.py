@@ -8,7 +8,7 @@
         output = residual1 + ffn;  x = output
     logits = final_norm(x) W_head
 
-The [model] switches remove a part (README, "Remove it and watch"): residual = false computes
+The [model] switches remove a part (docs/guide/remove-it-and-watch.md): residual = false computes
 x = sublayer(norm(x)) for both sublayers; norm = "none" puts the identity where each norm stands
 (the final norm too); ffn_hidden = 0 builds no FFN (no norm2, hidden, ffn; output = residual1).
 

@@ -22,7 +22,7 @@ from ..torch_private import muon_lr
 
 # optimizer = "auto" takes Muon while its orthogonalisations cost less than this share of the step's
 # forward and backward arithmetic: where they cost more, AdamW's cheaper steps reach a given loss
-# sooner in wall time (the README's Performance section has the measurements this rests on).
+# sooner in wall time (docs/guide/performance.md has the measurements this rests on).
 MUON_MAX_SHARE = 0.5
 
 

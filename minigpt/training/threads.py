@@ -2,7 +2,7 @@
 
 A step on all cores waits, at every operation, for its slowest thread; when another program keeps
 one core busy, the thread sharing that core runs at half speed and the whole step with it, so fewer
-threads can be faster than all of them (the README's Performance section has the figures). So
+threads can be faster than all of them (docs/guide/performance.md has the figures). So
 before the first step, the session times one forward and backward pass at each candidate count (all cores,
 then fewer) and trains at the fastest; while it trains, the trainer watches its step times and
 times the candidates again when steps slow down (something else started) or, on fewer threads than
