@@ -30,6 +30,7 @@ from .common import (
     fit_check,
     fitting,
     gradient_check,
+    linear_calls,
     number,
     parameters_check,
     randn,
@@ -219,18 +220,7 @@ def attention(probe: Probe) -> list[Group]:
 
     def calls() -> str | None:
         module = build()
-        count = {"qkv": 0, "out": 0}
-        handles = [
-            getattr(module, linear).register_forward_pre_hook(
-                lambda m, a, linear=linear: count.__setitem__(linear, count[linear] + 1)
-            )
-            for linear in count
-        ]
-        try:
-            forward(module, _rows())
-        finally:
-            for handle in handles:
-                handle.remove()
+        count = linear_calls(module, ("qkv", "out"), lambda: forward(module, _rows()))
         for linear, what in (("qkv", "x"), ("out", "joined")):
             if count[linear] != 1:
                 return (

@@ -139,6 +139,24 @@ def randn(*size: int, seed: int) -> Tensor:
 # ---------------------------------------------------------------- checks every module gets
 
 
+def linear_calls(module: nn.Module, names: tuple[str, ...], run: Callable[[], Any]) -> dict[str, int]:
+    """How many times each named Linear of `module` is called while `run()` runs. A trace records
+    what enters each Linear (a hook on the call), so a product with its weight instead goes unseen."""
+    calls = dict.fromkeys(names, 0)
+    handles = [
+        getattr(module, linear).register_forward_pre_hook(
+            lambda m, args, linear=linear: calls.__setitem__(linear, calls[linear] + 1)
+        )
+        for linear in names
+    ]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
 def parameters_check(build: Callable[[], nn.Module], shown: str, expected: dict[str, list[int]], why: str) -> Check:
     """The module builds and its parameters are named and shaped as minigpt's are (what a run's
     checkpoint stores, and what the model's initialisation and the trace find); without them the

@@ -27,6 +27,7 @@ from .common import (
     fit_check,
     fitting,
     gradient_check,
+    linear_calls,
     parameters_check,
     randn,
     row,
@@ -149,19 +150,12 @@ def _agrees_check(probe: Probe, name: str, both) -> Check:
 def _calls_linears_check(probe: Probe, name: str, build: Callable[..., nn.Module]) -> Check:
     def run() -> str | None:
         module = build(WIDTH, HIDDEN)
-        calls = {"W1": 0, "W2": 0}
-        handles = [
-            getattr(module, linear).register_forward_pre_hook(
-                lambda m, args, linear=linear: calls.__setitem__(linear, calls[linear] + 1)
-            )
-            for linear in calls
-        ]
-        try:
+
+        def forward() -> None:
             with torch.no_grad():
                 probe.forward(name, module, _rows())
-        finally:
-            for handle in handles:
-                handle.remove()
+
+        calls = linear_calls(module, ("W1", "W2"), forward)
         for linear, what in (("W1", "x"), ("W2", "hidden")):
             if calls[linear] != 1:
                 return (
