@@ -84,7 +84,10 @@ def _spec(
 @dataclass
 class ModelConfig:
     context: int = _spec(
-        32, "the longest context accepted (rows of the learned position table; bounds the KV cache)", minimum=1
+        32,
+        "the length the model trains at: rows of the learned position table; with rope, alibi or none the "
+        "longest text it accepts unless read past it on purpose (extrapolate, rope scaling)",
+        minimum=1,
     )
     n_layer: int = _spec(4, "number of transformer blocks", minimum=1)
     n_head: int = _spec(4, "attention heads per block", minimum=1)
@@ -110,8 +113,15 @@ class ModelConfig:
     dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs", choices=("float32", "float64"))
     positions: str = _spec(
         "learned",
-        "learned: a position table added to the token row; none: no table, the input is the token row alone",
-        choices=("learned", "none"),
+        "learned: a position table added to the token row; none: no table, the input is the token row alone; "
+        "rope: rotary positions, each query and key rotated by its position inside attention; alibi: a linear "
+        "bias on the attention scores, -slope x distance, a slope per head",
+        choices=("learned", "none", "rope", "alibi"),
+    )
+    rope_theta: float = _spec(
+        10000.0,
+        "rope's base: dimension pair i of a head rotates at rope_theta^(-2i/d) radians a position",
+        positive=True,
     )
     residual: bool = _spec(True, "the skip connections: x + sublayer(...) (false: x = sublayer(...) alone)")
     exercise: str = _spec(
@@ -124,11 +134,12 @@ class ModelConfig:
 
 # [model] keys added after checkpoints were first written: one stored without them was trained with
 # their defaults, which is what every earlier model computed.
-LATER_MODEL_KEYS = ("positions", "residual", "exercise")
+LATER_MODEL_KEYS = ("positions", "residual", "exercise", "rope_theta")
 # The same for [train]: a run trained before tasks existed trained on text, task = "none".
 LATER_TRAIN_KEYS = (
     "task",
     "task_length",
+    "task_lengths",
     "task_held_out",
     "recompute",
     "lora_rank",
@@ -173,6 +184,11 @@ class TrainConfig:
         0,
         "letters of each task input (reverse, sort, copy), or digits of each number (add); 0: 8 letters, 3 digits",
         minimum=0,
+    )
+    task_lengths: str = _spec(
+        "",
+        'mixed lengths: "A-B" trains on every task_length from A to B, each example\'s drawn uniformly, '
+        "task_held_out of each length held out; empty: task_length alone",
     )
     task_held_out: int = _spec(1000, "task examples held out for evaluation, never drawn for training", minimum=1)
     init_from: str = _spec(
@@ -478,6 +494,23 @@ def _cross_checks(cfg: Config) -> None:
             n_head=m.n_head,
             value=m.n_head * max(1, m.n_embd // m.n_head),
         )
+    if m.positions == "rope" and (m.n_embd // m.n_head) % 2:
+        raise ConfigError(
+            '{where}: [model] positions = "rope" with heads of width {value} (n_embd / n_head) is refused: rope '
+            "rotates a head's coordinates in pairs, so a head's width must be even; choose n_embd and n_head so "
+            "that n_embd / n_head is even",
+            where=where,
+            value=m.n_embd // m.n_head,
+        )
+    if m.positions in ("rope", "alibi") and m.exercise in ("attention", "block"):
+        raise ConfigError(
+            '{where}: [model] exercise = "{exercise}" with positions = "{positions}" is refused: the exercise\'s '
+            'attention knows no {positions} positions (they live inside attention); use positions = "learned" or '
+            '"none" with it',
+            where=where,
+            exercise=m.exercise,
+            positions=m.positions,
+        )
     if m.norm == "none" and m.norm_position == "post":
         raise ConfigError(
             '{where}: [model] norm = "none" with norm_position = "post" is refused: without norms there is '
@@ -501,6 +534,21 @@ def _cross_checks(cfg: Config) -> None:
             task=tr.task,
             data=_toml_value(tr.data),
         )
+    if tr.task_lengths and length_range(tr.task_lengths) is None:
+        raise ConfigError(
+            '{where}: [train] task_lengths = {given} is not a range of lengths; write "A-B" with 1 <= A <= B '
+            '(e.g. "1-8": every length from 1 to 8), or "" to train at task_length alone',
+            where=where,
+            given=_toml_value(tr.task_lengths),
+        )
+    if tr.task_lengths and tr.task_length:
+        raise ConfigError(
+            "{where}: [train] task_length = {length} and task_lengths = {given} are both given; give task_lengths "
+            "for mixed lengths, or task_length for one",
+            where=where,
+            length=tr.task_length,
+            given=_toml_value(tr.task_lengths),
+        )
     if tr.lora_rank:
         _check_lora(cfg)
     if t.kind == "bpe" and t.vocab_size < 257:
@@ -518,6 +566,16 @@ def _cross_checks(cfg: Config) -> None:
             min_lr=tr.min_lr,
             learning_rate=tr.learning_rate,
         )
+
+
+def length_range(text: str) -> range | None:
+    """`[train] task_lengths` (and eval's `--task-length`) as the lengths it names: "N" or "A-B" with
+    1 <= A <= B; None when the text is neither."""
+    low, dash, high = text.strip().partition("-")
+    if not low.strip().isdecimal() or (dash and not high.strip().isdecimal()):
+        return None
+    first, last = int(low), int(high) if dash else int(low)
+    return range(first, last + 1) if 1 <= first <= last else None
 
 
 def lora_targets(text: str) -> list[str]:

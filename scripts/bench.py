@@ -30,6 +30,8 @@ where it matters, so both see the same machine at the same moment):
     random weights) and on the default config's shape, a 20-token prompt whose corrupt copy
     differs in one token (at position 10, and at position 0: every row then differs), with the
     arithmetic each sweep needs and the seconds it would take at the float32 matmul peak;
+  - rotary and ALiBi positions against the learned table (`--only positions`): `minigpt train` tokens/s
+    and sampling tokens/s of each at the comparison shape, side by side (target: rope within 10%);
   - the shipped task configs (`--only tasks`): `minigpt train -c configs/TASK.toml` for reverse, sort,
     copy and add, start to exit, and `minigpt eval --json`'s held-out exact-match accuracy;
   - fine-tuning GPT-2 small's and medium's shapes (`--only lora`): the fine-tune guide's recipe in full and
@@ -1085,6 +1087,56 @@ def tasks_rows(tasks: dict, row) -> None:
         row(f"task {name}: `minigpt train` start to exit (s)", figures["wall_s"], None, "s", "<= 60")
 
 
+POSITION_SCHEMES = ("learned", "rope", "alibi")
+
+
+def positions_benchmark(config: str | None, env: dict, scratch: Path, steps: int = 100, rounds: int = 3) -> dict:
+    """Rotary and ALiBi positions against the learned table at the comparison shape, as a user runs
+    each: `minigpt train --set model.positions=...` (a subprocess; tokens/s over its metrics log),
+    rounds alternating between the schemes, the best round of each; then sampling at batch 1 in
+    this process (bench_sampling: 1000 tokens, sliding window past the context, so every step past
+    it recomputes a full window and its rotations) on each scheme's fresh model. Target: rope
+    within 10% of learned in both."""
+    cfg = load_config(config, SHAPE)
+    per_step = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.context
+    train: dict[str, list[float]] = {scheme: [] for scheme in POSITION_SCHEMES}
+    for _ in range(rounds):
+        for scheme in POSITION_SCHEMES:
+            changes = [*SHAPE, f'model.positions="{scheme}"']
+            out = scratch / f"positions-{scheme}"
+            train[scheme].append(cli_tokens_per_s(config, changes, steps, per_step, out, env))
+    sampling = {}
+    corpus = load_corpus(cfg)
+    for scheme in POSITION_SCHEMES:
+        torch.manual_seed(0)
+        model = MiniGPT(load_config(config, [*SHAPE, f'model.positions="{scheme}"']).model, corpus.tokenizer.vocab_size)
+        sampling[scheme] = bench_sampling(model, corpus.tokenizer)
+    return {
+        "train_tokens_per_s": {scheme: [round(x) for x in runs] for scheme, runs in train.items()},
+        "sampling": sampling,
+    }
+
+
+def positions_rows(positions: dict, row) -> None:
+    train, sampling = positions["train_tokens_per_s"], positions["sampling"]
+    for scheme in POSITION_SCHEMES[1:]:
+        row(
+            f"train tokens/s, positions {scheme} (nanoGPT column: learned)",
+            max(train[scheme]),
+            max(train["learned"]),
+            "tokens/s",
+            ">= 0.9x" if scheme == "rope" else "",
+        )
+        for mode in ("with_kv_cache", "without_kv_cache"):
+            row(
+                f"sampling tokens/s {mode.replace('_', ' ')}, positions {scheme} (nanoGPT column: learned)",
+                sampling[scheme][f"{mode}_tokens_per_s"],
+                sampling["learned"][f"{mode}_tokens_per_s"],
+                "tokens/s",
+                ">= 0.9x" if scheme == "rope" else "",
+            )
+
+
 def patching_rows(patching: dict, row) -> None:
     for name, figures in patching.items():
         target = "< 10 s" if name.startswith("gpt2_small") else "< 1 s"
@@ -1134,7 +1186,7 @@ def main() -> None:
     parser.add_argument("--folder-mb", type=float, default=200, help="size of the generated folder, in all")
     parser.add_argument(
         "--only",
-        choices=["folder", "cli", "quality", "versions", "patching", "tasks", "lora"],
+        choices=["folder", "cli", "quality", "versions", "patching", "tasks", "lora", "positions"],
         default=None,
         help="measure this part alone (and the machine), nothing else",
     )
@@ -1221,6 +1273,9 @@ def main() -> None:
     if args.only in ("lora", "tasks"):
         measure = {"lora": lora_benchmark, "tasks": tasks_benchmark}[args.only]
         alone(args.only, lambda: measure(env, scratch), {"lora": lora_rows, "tasks": tasks_rows}[args.only])
+        return
+    if args.only == "positions":
+        alone("positions", lambda: positions_benchmark(args.config, env, scratch), positions_rows)
         return
     if args.only == "patching":
         report["matmul_gflops"] = {"float32": round(matmul_peak(torch.float32))}

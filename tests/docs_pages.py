@@ -152,7 +152,11 @@ def _run_in_bash(command: str, folder: Path) -> tuple[int, str, str]:
     if not shim.exists():  # `minigpt` in a bash command is this checkout's, under this Python
         shim.mkdir()
         (shim / "minigpt").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m minigpt "$@"\n')
-        (shim / "minigpt").chmod(0o755)
+        # and `python`/`python3` the Python this test runs under, which has minigpt installed
+        for name in ("python", "python3"):
+            (shim / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        for tool in shim.iterdir():
+            tool.chmod(0o755)
     env = dict(os.environ, PATH=f"{shim}{os.pathsep}{os.environ.get('PATH', '')}")
     done = subprocess.run(["bash", "-c", command], cwd=folder, env=env, capture_output=True, text=True, timeout=600)
     return done.returncode, done.stdout, done.stderr

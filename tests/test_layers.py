@@ -305,7 +305,11 @@ def test_every_parameter_a_library_message_names_is_a_flag_and_an_api_argument()
     arguments = {
         name
         for function in [api.train, api.load, api.export, api.import_hf, api.import_nanogpt]
-        + [getattr(api.Run, m) for m in ("sample", "samples", "trace", "feed", "attribute", "patch", "eval", "export")]
+        + [
+            getattr(api.Run, m)
+            for m in ("sample", "samples", "trace", "feed", "attribute", "patch", "eval", "export")
+            + ("read_with", "loss_by_position", "accuracy", "accuracy_by_length")
+        ]
         + [trace_text.render_text, trace_text.render_comparison]  # the renderers a trace is shown with
         for name in inspect.signature(function).parameters
     }

@@ -526,7 +526,13 @@ def test_json_reports_each_token_probability_and_speed(char_run):
         "new_tokens",
         "seconds",
         "tokens_per_second",
+        "trained_length",
+        "longest_read",
+        "past_trained_length",
     }
+    # a learned table slides its window: never more than the trained length read at once
+    assert sample["trained_length"] == CONTEXT and sample["past_trained_length"] is False
+    assert sample["longest_read"] == min(3 + 10 - 1, CONTEXT)
     model, tokenizer = loaded(char_run)
     assert sample["completion"] == tokenizer.decode(sample["token_ids"])
     text = sample["prompt_ids"] + sample["token_ids"]

@@ -11,6 +11,8 @@
     run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
     run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
     run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
+    run.read_with(extrapolate=True)                     # a rope/alibi/none model read past its context
+    run.loss_by_position("my.txt", length=128)          # PositionLosses: the loss at each position
     run.accuracy()                                      # a task run's held-out exact-match accuracy
     run.export("safetensors", "out/")                   # or "hf": a GPT-2 folder transformers loads
     minigpt.api.import_hf("gpt2/", "runs/gpt2")         # a GPT-2 folder (or import_nanogpt) as a run
@@ -29,6 +31,7 @@ from __future__ import annotations
 from ..errors import MinigptError
 from ..inspection.accuracy import Accuracy
 from ..inspection.attribution import Attribution
+from ..inspection.by_position import PositionLosses
 from ..inspection.patching import Patching
 from ..inspection.scoring import Scores
 from ..inspection.trace import Comparison, Trace
@@ -47,6 +50,7 @@ __all__ = [
     "DivergedError",
     "MinigptError",
     "Patching",
+    "PositionLosses",
     "RankLost",
     "RefusedElsewhere",
     "Run",

@@ -8,13 +8,15 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, SampleConfig, updated
+from ..config import Config, SampleConfig, length_range, updated
 from ..device import pick_device, use_threads
 from ..errors import MinigptError, Phrase, parameter
 from ..inspection import attribution, patching
 from ..inspection import interventions as edits
-from ..inspection.accuracy import Accuracy, accuracy
+from ..inspection.accuracy import Accuracy, ByLength, accuracy
 from ..inspection.attribution import Attribution, check_decomposable
+from ..inspection.by_position import PositionLosses, window_starts
+from ..inspection.by_position import loss_by_position as losses_by_position
 from ..inspection.counting import Info, describe
 from ..inspection.feed import Fed, parse_feed
 from ..inspection.feed import feed as feed_part
@@ -30,7 +32,7 @@ from ..runs.reading import NotARun, load_model, read_weights, reading_config
 from ..sampling.generate import SampleResult, complete, generate
 from ..text.pairs import encode_pairs, is_pairs, pair_examples, read_pairs
 from ..text.reading import read_text
-from ..text.tasks import task_examples
+from ..text.tasks import Task, held_out_at, lengths_text, task_examples, trained_lengths
 from ..text.tokenizer import TextTokenizer
 from ..training.optimizers import chosen_optimizer
 from .arguments import overrides
@@ -45,15 +47,29 @@ def load(
     checkpoint: str = "last",
     config: str | Path | None = None,
     set: Mapping[str, Any] | Sequence[str] = (),
+    extrapolate: bool = False,
+    rope_scaling: str | None = None,
 ) -> Run:
     """Open a run folder for reading. `run` alone: the run describes itself (its config.toml).
     `config` alone: that TOML file and the run folder it names; both: the file's [sample], device
     and threads for the run at `run`. `set` overrides config keys ({"sample.top_k": 5} or
     ["sample.top_k=5"]). `checkpoint`: "last" or "best" (the weights at the lowest validation loss).
-    The model is built from the [model] section its checkpoint stores."""
+    The model is built from the [model] section its checkpoint stores. `extrapolate` and
+    `rope_scaling`: how it is read past the length it was trained at (Run.read_with)."""
     cfg, run_dir = reading_config(config, run, overrides(set))
     model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
-    return Run(Path(run_dir), cfg, model, tokenizer, checkpoint)
+    return Run(Path(run_dir), cfg, model, tokenizer, checkpoint).read_with(extrapolate, rope_scaling)
+
+
+def _lengths(task_length: str | int | range) -> range:
+    """A task length (12) or range ("5-16", range(5, 17)) as the lengths it names."""
+    lengths = task_length if isinstance(task_length, range) else length_range(str(task_length))
+    if not lengths or lengths.start < 1 or lengths.step != 1:
+        raise MinigptError(
+            "{task_length} {given} is not a length or a range of lengths; give N or A-B with 1 <= A <= B (e.g. 5-16)",
+            given=task_length,
+        )
+    return lengths
 
 
 def _changes(scale, replace_residual, ablate_head, set_input, set_row=(), norm_over=None, broadcast_update=()) -> list:
@@ -87,6 +103,14 @@ class Run:
             f"Run({str(self.path)!r}, {self.model.num_parameters():,} parameters: {m.n_layer} blocks, "
             f"{m.n_head} heads, width {m.n_embd}, context {m.context}, {self.model.vocab_size} tokens)"
         )
+
+    def read_with(self, extrapolate: bool = False, rope_scaling: str | None = None) -> Run:
+        """Read the model past the length it was trained at ([model] context) on purpose
+        (`extrapolate`: rope, alibi and none models), or with rope's rotations stretched
+        (`rope_scaling`: "linear:F", "ntk:F" or "yarn:F", accepting F x context tokens); every later
+        sample, trace and eval reads it so. Returns the run."""
+        self.model.read_with(extrapolate=extrapolate, rope_scaling=rope_scaling)
+        return self
 
     # ------------------------------------------------------------ sampling
 
@@ -503,6 +527,35 @@ class Run:
             )
         return score(self.model, ids, len(text.encode("utf-8")), writable=self.tokenizer.vocab_size)
 
+    def loss_by_position(
+        self, data: str | Path, length: int | None = None, windows: int | None = None
+    ) -> PositionLosses:
+        """The mean next-token loss at each position 0 .. length-1 (default: the model's context) of
+        the non-overlapping windows of `length` tokens a UTF-8 text file holds (`windows`: at most
+        that many, spread evenly over the text), each read from position 0: where the loss climbs
+        past the length the model was trained at. Past that length a rope, alibi or none model needs
+        read_with (extrapolate, or a rope scaling factor that covers it); a learned one refuses."""
+        length = self.model.context if length is None else length
+        for value, name in ((length, "length"), (windows, "windows")):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise MinigptError(
+                    "{what} {given} is not a whole number of at least 1", what=parameter(name), given=value
+                )
+        self.model.check_length(length, Phrase("the scoring window ({length})"))
+        text, _ = read_text(data, what="text to score")
+        ids = self.tokenizer.encode(text)
+        if not window_starts(len(ids), length):
+            raise MinigptError(
+                "text to score {given} has {n_ids} token(s), and one window of {length} {value} needs {needed} "
+                "tokens (each position predicts the token after it); give a longer text or a smaller {length}",
+                given=data,
+                n_ids=len(ids),
+                value=length,
+                needed=length + 1,
+            )
+        use_threads(self.cfg.train.threads)
+        return losses_by_position(self.model, ids, length, windows, writable=self.tokenizer.vocab_size)
+
     @property
     def trained_on(self) -> str:
         """ "task", "pairs" (a .jsonl file of prompt/completion pairs) or "text"."""
@@ -527,11 +580,27 @@ class Run:
     def first_held_out_prompt(self) -> str:
         return self._examples().sample_start
 
-    def accuracy(self, task: str | None = None, data: str | Path | None = None) -> Accuracy:
+    def accuracy(
+        self, task: str | None = None, data: str | Path | None = None, task_length: int | str | None = None
+    ) -> Accuracy:
         """Exact-match and per-position accuracy: on the held-out examples of the task this run was
         trained on (`task` names it, as a check), on every line of a .jsonl file of prompt/completion
-        pairs (`data`), or on the held-out lines of the .jsonl file a run was trained on."""
+        pairs (`data`), or on the held-out lines of the .jsonl file a run was trained on.
+        `task_length`: the task's held-out examples at that length instead, trained on or not (one
+        longer than the model accepts is refused unless it is read with extrapolate)."""
         use_threads(self.cfg.train.threads)
+        if task_length is not None:
+            if data is not None:
+                raise MinigptError("{task_length} reads a task run's task at a length; it is not taken with {data}")
+            lengths = _lengths(task_length)
+            if len(lengths) > 1:
+                raise MinigptError(
+                    "{task_length} {given} names {count} lengths, and accuracy reads one; read several with "
+                    "accuracy_by_length",
+                    given=task_length,
+                    count=len(lengths),
+                )
+            return self.accuracy_by_length(lengths, task, show=5).rows[0]
         if data is not None:
             if task is not None:
                 raise MinigptError("{task} and {data} are both given; give one: the run's task, or a .jsonl file")
@@ -541,30 +610,67 @@ class Run:
             examples = self._examples()
             pairs, what = examples.held_out, f"the {len(examples.held_out):,} held-out pairs of {examples.source}"
         else:
-            trained = self.cfg.train.task
-            if trained == "none" or (task is not None and task != trained):
-                given = (
-                    Phrase("is trained on {trained}", trained=f"task {trained}")
-                    if trained != "none"
-                    else (Phrase("was not trained on a task"))
-                )
-                raise MinigptError(
-                    "run {run} {given}, so it has no held-out examples of {asked}; evaluate a run trained with "
-                    "{task} {asked}, or score a text with {data}",
-                    run=self.path,
-                    given=given,
-                    asked=task or "a task",
-                )
+            self._check_task(task)
             examples = self._examples()
             pairs, what = examples.held_out, f"{examples.source}; {len(examples.held_out):,} held-out examples"
+        result = self._scored(pairs, show=5)
+        result.what = what
+        return result
+
+    def accuracy_by_length(self, task_length: str | int | range, task: str | None = None, show: int = 0) -> ByLength:
+        """Exact match of a task run's task at each length of `task_length` ("5-16", 12, or a
+        range), on the held-out examples of each length (those training held out, or, at a length
+        it never trained on, drawn the same way), each row saying whether the run trained at it.
+        Refused as a whole when the longest example is longer than the model accepts (the learned
+        table's rows, or the trained length unless the run is read with extrapolate); `show`: wrong
+        examples kept per length, decoded greedily."""
+        use_threads(self.cfg.train.threads)
+        self._check_task(task)
+        lengths = _lengths(task_length)
+        name, trained, window = self.cfg.train.task, trained_lengths(self.cfg.train), self.model.window
+        if window is not None:  # refused before anything is computed, naming the longest length that fits
+            fits = [n for n in range(1, lengths[-1]) if Task(name, n).window <= window]
+            self.model.check_length(
+                Task(name, lengths[-1]).window,
+                f"an example of task {name} at length {lengths[-1]} (prompt and answer, less the last token)",
+                f"lengths up to {fits[-1]}" if fits else "",
+            )
+        rows = []
+        for n in lengths:
+            pairs, described = held_out_at(self.cfg, self.tokenizer, n)
+            result = self._scored(pairs, show)
+            result.length, result.trained = n, n in trained
+            where = "a length it trained on" if n in trained else "a length it never trained on"
+            result.what = f"{described}; {len(pairs):,} held-out examples, {where} ({lengths_text(trained)})"
+            rows.append(result)
+        return ByLength(name, trained, self.model.context, window, rows)
+
+    def _check_task(self, task: str | None) -> None:
+        """Refuse a run not trained on a task, or on another task than `task`."""
+        trained = self.cfg.train.task
+        if trained == "none" or (task is not None and task != trained):
+            given = (
+                Phrase("is trained on {trained}", trained=f"task {trained}")
+                if trained != "none"
+                else (Phrase("was not trained on a task"))
+            )
+            raise MinigptError(
+                "run {run} {given}, so it has no held-out examples of {asked}; evaluate a run trained with "
+                "{task} {asked}, or score a text with {data}",
+                run=self.path,
+                given=given,
+                asked=task or "a task",
+            )
+
+    def _scored(self, pairs: list, show: int) -> Accuracy:
+        """Accuracy on `pairs`, the first `show` wrong ones decoded as greedy sampling writes them."""
         writable = self.tokenizer.vocab_size
-        result = accuracy(self.model, pairs, writable=writable)
+        result = accuracy(self.model, pairs, writable=writable, show=show)
         decode = self.tokenizer.decode
         for prompt, completion in result.wrong_pairs:  # what greedy decoding writes instead
             greedy = SampleConfig(max_new_tokens=len(completion), greedy=True)
             got = [int(step.tokens[0]) for step in generate(self.model, prompt, greedy, writable=writable)]
             result.wrong.append({"prompt": decode(prompt), "expected": decode(completion), "got": decode(got)})
-        result.what = what
         return result
 
     # ------------------------------------------------------------ exporting

@@ -74,7 +74,10 @@ def opened(o) -> Run:
     from ..api import load
 
     with transient(f"loading {o.run or o.config or 'the default run'} ..."):
-        return load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+    # how the model is read: past its trained length, or with rope scaled (the commands that take it)
+    run.read_with(extrapolate=getattr(o, "extrapolate", False), rope_scaling=getattr(o, "rope_scaling", None))
+    return run
 
 
 def say(message: str, quiet: bool = False) -> None:

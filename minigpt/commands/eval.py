@@ -1,7 +1,8 @@
 """`minigpt eval`: score every token of a text file with a trained run; print tokens, bytes, nats
 per token, bits per byte and perplexity (or one JSON object), and optionally every token's
 surprisal as JSON lines. On a task run, or with a .jsonl file of pairs: exact-match accuracy, per
-answer position, and a few wrong answers."""
+answer position, and a few wrong answers; with --task-length, a task run's task at other lengths
+(a table of one row per length for a range)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 
 from ..errors import MinigptError
 from ..io import atomic_write_text
+from . import eval_positions
 from .common import opened, user_errors
 from .options import EvalOptions
 
@@ -19,11 +21,19 @@ from .options import EvalOptions
 def main(o: EvalOptions) -> None:
     with user_errors():
         run = opened(o)
+        if eval_positions.asked(o):  # --by-position: the loss at each position of a text's windows
+            eval_positions.main(run, o)
+            return
         pairs = o.data is not None and o.data.suffix == ".jsonl"
-        if o.task is not None or pairs or (o.data is None and run.trained_on != "text"):
+        if o.task is not None or o.task_length is not None or pairs or (o.data is None and run.trained_on != "text"):
             if o.per_token is not None:
                 raise MinigptError("{per_token} scores a text's tokens; it is not taken with a task or a .jsonl file")
-            _accuracy(run.accuracy(task=o.task, data=o.data if pairs else None), o.as_json)
+            if o.task_length is not None and o.data is not None:
+                raise MinigptError("{task_length} reads a task run's task at a length; it is not taken with {data}")
+            if o.task_length is not None and "-" in o.task_length:  # A-B: a row per length
+                _by_length(run.accuracy_by_length(o.task_length, o.task), o.as_json)
+                return
+            _accuracy(run.accuracy(task=o.task, data=o.data if pairs else None, task_length=o.task_length), o.as_json)
             return
         if o.data is None:
             raise MinigptError(
@@ -72,6 +82,29 @@ def main(o: EvalOptions) -> None:
             f"nats/token {scores.nats_per_token:.4f}   bits/byte {scores.bits_per_byte:.4f}   "
             f"perplexity {scores.perplexity:.2f}"
         )
+
+
+def _by_length(table, as_json: bool) -> None:
+    """Exact match per length: a table, or one JSON object (ByLength.to_json)."""
+    if as_json:
+        typer.echo(json.dumps(table.to_json(), ensure_ascii=False))
+        return
+    read = (
+        "; read past it on purpose (--extrapolate)"
+        if table.window is None
+        else f"; read with rope scaling: {table.window} tokens"
+        if table.window != table.context
+        else ""
+    )
+    lines = [
+        f"task {table.task}, trained on lengths {table.trained_text}; context {table.context} tokens{read}",
+        f"{'length':>6}  {'exact match':>11}  {'examples':>8}  trained",
+    ]
+    for row in table.rows:
+        lines.append(
+            f"{row.length:>6}  {100 * row.accuracy:>10.2f}%  {row.examples:>8,}  {'yes' if row.trained else 'no'}"
+        )
+    typer.echo("\n".join(lines))
 
 
 def _accuracy(result, as_json: bool) -> None:

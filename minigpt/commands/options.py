@@ -42,6 +42,24 @@ CheckpointOption = Annotated[
     str, typer.Option("--checkpoint", help="Which weights of the run: last, or best (its lowest validation loss).")
 ]
 
+ExtrapolateOption = Annotated[
+    bool,
+    typer.Option(
+        "--extrapolate",
+        help="Read past the length the model was trained at ([model] context) on purpose: a rope, alibi or none "
+        "model accepts any length (a learned table has no row there and still refuses).",
+    ),
+]
+RopeScalingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--rope-scaling",
+        metavar="RULE:F",
+        help="Read a rope model with its rotations stretched by F: linear:F (position interpolation), ntk:F "
+        "(dynamic NTK) or yarn:F; it then accepts F x context tokens.",
+    ),
+]
+
 _SECTION = "config section"  # the metadata of a field that is a config key's flag: which section it sets
 
 
@@ -179,9 +197,10 @@ class TrainOptions(TrainKeys):
 class SampleOptions(SampleKeys):
     """Continue a prompt with a trained model. An empty prompt starts from a newline.
 
-    A prompt longer than the model's context (the rows of its position table) is refused, never
-    cropped. Past the table, generation continues with a sliding window of the last context tokens,
-    or stops with --no-slide.
+    A prompt longer than the model's context (the rows of its position table, or the length a
+    rope, alibi or none model was trained at) is refused, never cropped, unless --extrapolate or
+    --rope-scaling lets such a model read further. Past it, generation continues with a sliding
+    window of the last context tokens, or stops with --no-slide.
     """
 
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", help="Read the prompt from a UTF-8 file.")] = None
@@ -198,6 +217,8 @@ class SampleOptions(SampleKeys):
         ),
     ] = True
     checkpoint: CheckpointOption = "last"
+    extrapolate: ExtrapolateOption = False
+    rope_scaling: RopeScalingOption = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -340,6 +361,8 @@ class TraceOptions(Options):
         typer.Option("--target", help="With --grad: the loss of this token instead (its text, one token, or #ID)."),
     ] = None
     checkpoint: CheckpointOption = "last"
+    extrapolate: ExtrapolateOption = False
+    rope_scaling: RopeScalingOption = None
     png: Annotated[
         Path | None,
         typer.Option(
@@ -389,6 +412,8 @@ class PatchOptions(Options):
     ] = None
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    extrapolate: ExtrapolateOption = False
+    rope_scaling: RopeScalingOption = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -406,6 +431,16 @@ class EvalOptions(Options):
         str | None,
         typer.Option("--task", help="The run's task: accuracy on its held-out examples (the default for a task run)."),
     ] = None
+    task_length: Annotated[
+        str | None,
+        typer.Option(
+            "--task-length",
+            metavar="N|A-B",
+            help="A task run's task at length N (trained on or not): exact match on held-out examples of that "
+            "length; A-B: a table of every length from A to B, each marked trained or not. Longer than the "
+            "model's context only with --extrapolate (rope, alibi, none).",
+        ),
+    ] = None
     as_json: Annotated[
         bool,
         typer.Option(
@@ -418,8 +453,40 @@ class EvalOptions(Options):
         Path | None,
         typer.Option("--per-token", help="Write one JSON line per scored token: position, id, token, surprisal_bits."),
     ] = None
+    by_position: Annotated[
+        bool,
+        typer.Option(
+            "--by-position",
+            help="The mean loss at each position 0..N-1 of the text's non-overlapping windows of N tokens, each "
+            "read from position 0, positions past the trained length marked (--json: length, trained_length, "
+            "windows, positions, mean_inside, mean_past).",
+        ),
+    ] = False
+    length: Annotated[
+        int | None,
+        typer.Option(
+            "--length",
+            metavar="N",
+            help="With --by-position: tokens per window (default: the model's context; past it, --extrapolate or "
+            "--rope-scaling).",
+        ),
+    ] = None
+    windows: Annotated[
+        int | None,
+        typer.Option(
+            "--windows",
+            metavar="K",
+            help="With --by-position: at most K windows, spread evenly over the text (default: all it holds).",
+        ),
+    ] = None
+    png: Annotated[
+        Path | None,
+        typer.Option("--png", help="With --by-position: also draw the loss by position as a curve (needs matplotlib)."),
+    ] = None
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    extrapolate: ExtrapolateOption = False
+    rope_scaling: RopeScalingOption = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -465,6 +532,8 @@ class ExploreOptions(Options):
     port: Annotated[int, typer.Option("--port", help="Port to serve on (0: any free port).")] = 8017
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    extrapolate: ExtrapolateOption = False
+    rope_scaling: RopeScalingOption = None
     compare_run: CompareRunOption = None
 
 

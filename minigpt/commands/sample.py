@@ -34,12 +34,14 @@ def main(o: SampleOptions) -> None:
     if o.as_json:
         for i, result in enumerate(results, 1):
             _write(json.dumps(result.to_json(i), ensure_ascii=False) + "\n")
+        _note_past(run, results)  # said even with --json (where each sample also says it)
         return
     if len(results) == 1:
         _write("" if results[0].text.endswith("\n") else "\n")
     else:
         for i, result in enumerate(results, 1):
             _write(f"--- sample {i} ---\n{result.text}{'' if result.text.endswith(chr(10)) else chr(10)}")
+    _note_past(run, results)
     total = sum(len(r.token_ids) for r in results)
     seconds = max(r.seconds for r in results)
     reasons = ", ".join(dict.fromkeys(r.stop_reason for r in results))
@@ -55,6 +57,18 @@ def main(o: SampleOptions) -> None:
         f"stopped: {reasons}{note}\n"
     )
     sys.stderr.flush()
+
+
+def _note_past(run, results) -> None:
+    """One line on stderr when the text was read past the length the model was trained at: what
+    followed came from positions it never trained on."""
+    past = max((r for r in results if r.past_trained_length), key=lambda r: r.longest_read, default=None)
+    if past is not None:
+        how = f"rope scaling {run.model.rope_scaling}" if run.model.rope_scaling is not None else "--extrapolate"
+        sys.stderr.write(
+            f"minigpt: note: read past the trained length ({how}): up to {past.longest_read} tokens at once, "
+            f"and the model was trained on at most {past.trained_length}\n"
+        )
 
 
 def _write(piece: str) -> None:

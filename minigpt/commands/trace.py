@@ -12,7 +12,7 @@ from ..api import Comparison, Trace
 from ..errors import MinigptError, parameter
 from ..inspection.trace_text import check_digits, render_comparison, render_feed, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
-from .common import compare_run_given, opened, shown_path, user_errors
+from .common import compare_run_given, opened, say, shown_path, user_errors
 from .options import TraceOptions
 
 
@@ -46,6 +46,7 @@ def main(o: TraceOptions) -> None:
             compare_ids=o.compare_ids,
             all_positions=o.all_positions,
         )
+        _note_past(run, result.after if isinstance(result, Comparison) else result)
         if isinstance(result, Comparison):
             if o.png is not None and result.after.attribution is not None:
                 _save(result.after, o.png)
@@ -89,6 +90,17 @@ def _feed(o: TraceOptions) -> None:
         typer.echo(json.dumps([item.as_dict() for item in fed]))
     else:
         typer.echo("\n\n".join(render_feed(item, digits=o.digits) for item in fed))
+
+
+def _note_past(run, result: Trace) -> None:
+    """One line on stderr when the traced position lies past the length the model was trained at
+    (its --json says so too): what it shows there comes from positions the model never trained on."""
+    if result.past_trained_length:
+        how = f"rope scaling {run.model.rope_scaling}" if run.model.rope_scaling is not None else "--extrapolate"
+        say(
+            f"minigpt: note: traced past the trained length ({how}): position {result.position} of "
+            f"{len(result.ids)} tokens, and the model was trained on at most {result.trained_length}"
+        )
 
 
 def _folders_shown(result: Comparison) -> Comparison:

@@ -279,7 +279,11 @@ function stripButton(text, title, pressed, onClick, className) {
 
 function renderStrip() {
   const m = S.model, v = S.view;
-  const buttons = [stripButton(m.n_layer > 6 ? "input" : "tokens + positions", "the input: token row + position row", v.kind === "embedding",
+  // Where positions enter (the server's positions_enter): a learned table's row joins the token row here;
+  // rope and alibi act inside attention (the diagram's attention box says how); none adds nothing.
+  const table = m.positions_enter.at === "input";
+  const input = table ? "the input: token row + position row" : `the input: token row alone (${m.positions_enter.about})`;
+  const buttons = [stripButton(m.n_layer > 6 ? "input" : table ? "tokens + positions" : "tokens", input, v.kind === "embedding",
     () => select({ kind: "embedding" }), "end")];
   for (let b = 0; b < m.n_layer; b++) {
     const button = stripButton(m.n_layer > 8 ? String(b) : `block ${b}`, `block ${b}`, v.kind === "block" && S.block === b,
@@ -315,7 +319,9 @@ function renderDiagram() {
     for (let k = i + 1; i >= 0 && k < j; k++) branch.add(order[k]);
   }
   const W = Math.max(300, $("diagram").clientWidth || 600), cols = order.length, colW = W / cols;
-  const boxW = Math.min(112, colW - 10), boxH = 40, top = 6, low = 78, H = low + boxH + 8;
+  // rope and alibi: positions enter inside attention, said under its box ("rotate Q, K", "bias on the scores")
+  const inside = S.model.positions_enter.at === "attention" ? S.model.positions_enter : null;
+  const boxW = Math.min(112, colW - 10), boxH = 40, top = 6, low = 78, H = low + boxH + 8 + (inside ? 14 : 0);
   const x = (i) => i * colW + (colW - boxW) / 2;
   const y = (name) => (branch.has(name) ? low : top);
   const svg = document.createElementNS(NS, "svg");
@@ -356,14 +362,18 @@ function renderDiagram() {
     g.setAttribute("data-patched", patchedHere(b, name) ? "true" : "false");
     g.setAttribute("aria-pressed", S.view.kind === "block" && S.view.stage === name ? "true" : "false");
     const norm = normOf("after", b, name);
+    const positions = inside && name === "attention" ? inside : null;
+    if (positions) g.setAttribute("data-positions", positions.label);
     g.setAttribute("aria-label", `block ${b} ${name}, norm ${Draw.short(norm)}${isChanged ? ", changed" : ""}` +
-      (patchedHere(b, name) ? ", where the patch puts the clean value" : ""));
+      (patchedHere(b, name) ? ", where the patch puts the clean value" : "") + (positions ? `, ${positions.label}` : ""));
     const label = (name in adds ? "+ " : "") + name;
     const size = boxW < 88 ? 11 : 12;
     g.innerHTML = `<rect x="${x(i)}" y="${y(name)}" width="${boxW}" height="${boxH}" rx="5"/>` +
       `<text x="${x(i) + boxW / 2}" y="${y(name) + 16}" text-anchor="middle" style="font-size:${size}px">${esc(label)}</text>` +
       `<text class="norm" x="${x(i) + boxW / 2}" y="${y(name) + 31}" text-anchor="middle">${isChanged ? "\u0394 " : ""}\u2016x\u2016 ${Draw.short(norm)}</text>` +
-      `<title>${esc(name)}: shape ${JSON.stringify(name === "input" ? block.input.shape : block.shapes[name])}</title>`;
+      (positions ? `<text class="positions" x="${x(i) + boxW / 2}" y="${y(name) + boxH + 12}" text-anchor="middle">${esc(positions.label)}</text>` : "") +
+      `<title>${esc(name)}: shape ${JSON.stringify(name === "input" ? block.input.shape : block.shapes[name])}` +
+      `${positions ? ` · ${esc(positions.about)}` : ""}</title>`;
     const choose = () => select({ kind: "block", stage: name });
     g.addEventListener("click", choose);
     g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); focusStage(name); } });
@@ -387,7 +397,8 @@ function renderRow() {
   const pair = (label, get) => (old ? [["before", get(old)], ["after", get(tr)]] : [[label, get(tr)]]);
   if (v.kind === "embedding") {
     const table = tr.input.position_row !== null && tr.input.position_row !== undefined;
-    title = `input at position ${p} (${S.data.views.traced_token}): ` + (table ? "token row + position row" : "token row (no position table)");
+    const inside = S.model.positions_enter.at === "attention" ? `; positions enter inside attention: ${S.model.positions_enter.label}` : "";
+    title = `input at position ${p} (${S.data.views.traced_token}): ` + (table ? "token row + position row" : `token row (no position table${inside})`);
     lines = [
       ["token", tr.input.token_row], ...(table ? [["position", tr.input.position_row]] : []),
       ...(old && changed(0, "input") ? [["before", old.input.row], ["after", tr.input.row]] : [["= input", tr.input.row]]),
@@ -1076,7 +1087,9 @@ async function start() {
   $("about").title = m.run;
   $("about").textContent = `${m.run.split("/").pop()}: ${m.n_layer} block${m.n_layer > 1 ? "s" : ""}, ${m.n_head} heads, width ${m.n_embd}, ` +
     `${m.ffn_hidden ? `FFN ${m.ffn_hidden}` : "no FFN"}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ` +
-    `${m.positions === "none" ? "no position table, " : ""}${m.residual === false ? "no residual, " : ""}${m.vocab_size} tokens · ` +
+    `${m.positions === "none" ? "no position table, " : m.positions === "learned" ? "" : `${m.positions} positions, `}` +
+    `${m.window === null ? "read past its context on purpose, " : m.window !== m.context ? `reads ${m.window} tokens (rope scaling), ` : ""}` +
+    `${m.residual === false ? "no residual, " : ""}${m.vocab_size} tokens · ` +
     (m.trained_on ? `trained on ${m.trained_on} · ` : "");
   $("about").appendChild(timing);
   $("prompt").value = m.prompt;

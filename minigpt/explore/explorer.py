@@ -37,7 +37,7 @@ from ..inspection.attribution import check_decomposable, check_patch_attributabl
 from ..inspection.interventions import ReplaceResidual
 from ..inspection.patching import PATCHED_STAGES
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
-from ..inspection.trace_text import show_token
+from ..inspection.trace_text import positions_note, show_token
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
 
@@ -60,6 +60,10 @@ class Explorer:
             "run": str(self.run.path),
             "compare_run": None if self.compared is None else str(self.compared.path),
             **self.run.model.architecture(),
+            # where positions enter, for the diagram: the input (a learned table), attention (rope, alibi) or nowhere
+            "positions_enter": positions_enter(self.run.model.architecture()),
+            # the longest text the model reads as the server was started (null: any, --extrapolate)
+            "window": self.run.model.window,
             "writable": min(self.run.tokenizer.vocab_size, self.run.model.vocab_size),
             # the page's skip connections and scale controls, from the names the model computes (stages.py);
             # the order of the stages the page reads from the trace's own `stages`, in computation order
@@ -169,7 +173,7 @@ class Explorer:
         s = self._sample_settings(request)
         ids = _token_ids(self.run, request)
         model = self.run.model
-        if len(ids) >= model.context:
+        if model.cfg.positions == "learned" and len(ids) >= model.context:
             raise MinigptError(
                 "the prompt has {n_ids} tokens and fills the position table ({given} rows): the next "
                 "token would stand at position {given}, which the model has no row for; shorten the "
@@ -177,6 +181,8 @@ class Explorer:
                 n_ids=len(ids),
                 given=model.context,
             )
+        # rope, alibi, none: the next token's text must still be one the model reads as it is read
+        model.check_length(len(ids) + 1, "the prompt with its next token", "shorten the prompt")
         use_threads(self.run.cfg.train.threads or 1)  # as `sample` runs one sample
         model.eval()
         one = replace(s, max_new_tokens=1, num_samples=1)
@@ -248,6 +254,25 @@ class Explorer:
         text traced, not a setting), each checked as `sample` checks it."""
         given = {key: request[key] for key in SAMPLE_SETTINGS if request.get(key) is not None}
         return updated(self.run.cfg, {"sample": given}).sample
+
+
+# ---------------------------------------------------------------- the model as built
+
+
+def positions_enter(model: dict[str, Any]) -> dict[str, Any]:
+    """Where positions enter the model (`[model] positions`), as the page's diagram draws it: `at`
+    "input" (a learned table's row added to the token row before block 0), "attention" (rope turns
+    the queries and keys, alibi biases the scores) or None (none: no position enters; only the
+    causal mask tells positions apart); `label`, the few words drawn there; `about`, a sentence."""
+    scheme = model["positions"]
+    if scheme == "learned":
+        about = "learned positions: a position row added to the token row before block 0"
+        return {"at": "input", "label": "+ position row", "about": about}
+    if scheme in ("rope", "alibi"):
+        label = "rotate Q, K" if scheme == "rope" else "bias on the scores"
+        return {"at": "attention", "label": label, "about": positions_note(model, "the trace JSON")}
+    about = "no positions: no position table, and only the causal mask tells positions apart"
+    return {"at": None, "label": None, "about": about}
 
 
 # ---------------------------------------------------------------- requests

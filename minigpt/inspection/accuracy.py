@@ -18,6 +18,7 @@ import torch
 
 from ..model.gpt import MiniGPT
 from ..text.examples import Pair, example_tensors
+from ..text.tasks import lengths_text
 
 
 @dataclass
@@ -28,13 +29,15 @@ class Accuracy:
     wrong_pairs: list[Pair] = field(default_factory=list, repr=False)  # the first few wrong examples, as ids
     wrong: list[dict[str, str]] = field(default_factory=list)  # those: prompt, expected, got (greedy)
     what: str = ""  # which examples: "task reverse (8 letters), 1,000 held-out examples"
+    length: int | None = None  # a task's examples at one length (eval --task-length): that length
+    trained: bool | None = None  # and whether the run trained at it
 
     @property
     def accuracy(self) -> float:
         return self.right / self.examples
 
     def to_json(self) -> dict:
-        return {
+        shown = {
             "examples": self.examples,
             "right": self.right,
             "accuracy": self.accuracy,
@@ -42,9 +45,42 @@ class Accuracy:
             "wrong": self.wrong,
             "what": self.what,
         }
+        if self.length is not None:
+            shown |= {"length": self.length, "trained": self.trained}
+        return shown
 
     def __repr__(self) -> str:
         return f"Accuracy({self.right:,} of {self.examples:,} right = {100 * self.accuracy:.2f}%)"
+
+
+@dataclass
+class ByLength:
+    """Exact match of a task run at each of several lengths (eval --task-length A-B): the lengths it
+    trained on and those it did not, read by the same model."""
+
+    task: str
+    trained_lengths: range  # what the run trained on
+    context: int  # [model] context: the trained length (or the learned table's rows)
+    window: int | None  # the longest example the model accepts as read now (None: --extrapolate)
+    rows: list[Accuracy]  # one per length, in order, each with its length and whether it was trained
+
+    @property
+    def trained_text(self) -> str:
+        """The trained lengths as a reader writes them: "1-6", or "4"."""
+        return lengths_text(self.trained_lengths)
+
+    def to_json(self) -> dict:
+        return {
+            "task": self.task,
+            "trained_lengths": [self.trained_lengths.start, self.trained_lengths[-1]],
+            "context": self.context,
+            "window": self.window,
+            "lengths": [
+                {"length": r.length, "examples": r.examples, "right": r.right, "accuracy": r.accuracy}
+                | {"trained": r.trained, "per_position": r.per_position}
+                for r in self.rows
+            ],
+        }
 
 
 @torch.inference_mode()

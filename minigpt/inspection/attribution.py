@@ -7,6 +7,10 @@ block's update is a correction to the same running x"):
     x = token row + position row + sum over blocks of (attention + ffn)
     attention = sum over heads h of heads[h] W_O[h] + b_O           (W_O[h]: head h's columns of W_O)
 
+With `[model] positions = "none"`, "rope" or "alibi" there is no position row: rope's rotation and
+ALiBi's bias act inside attention, in what each head reads, so they are in its head's part and the
+parts still sum to the logit.
+
 The final norm is linear in x once its scale is fixed: LayerNorm is gamma * (x - mean(x)) * s + beta
 and centring is linear, RMSNorm is gamma * x * s, with s = 1 / sqrt(var(x) + eps) (RMSNorm: the mean
 square) taken from the real pass. So each part p contributes s * (gamma * centred(p)) . w to the
@@ -195,7 +199,7 @@ def attribute(
         parts.append(Part(stages.INPUT, through_norm(recorded[stages.INPUT][0, p].double())))
     else:
         parts.append(Part("token", through_norm(model.token_table.weight.detach()[trace.ids[p]].double())))
-        if cfg.positions == "learned":  # positions = "none": no position part
+        if cfg.positions == "learned":  # none, rope, alibi: no position row (rope, alibi: inside each head)
             parts.append(Part("position", through_norm(model.position_table.weight.detach()[p].double())))
     d = cfg.n_embd // cfg.n_head
     for i, block in enumerate(model.blocks):

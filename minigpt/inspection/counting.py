@@ -82,6 +82,25 @@ class Info:
         ffn = flops(a.group("ffn."))
         return {"projections": projections, "ffn": ffn, "matrices": projections + ffn, "table": table}
 
+    def positions_arithmetic(self) -> dict[str, Any] | None:
+        """What rope's rotation or ALiBi's bias computes per token and block, which the counts leave
+        out: elementwise, with no parameter met, as the softmax and the scores' scaling are left
+        out. rope turns the query and key rows (2D coordinates), each x cos + rotate_half(x) sin: 2
+        multiplies and an add; ALiBi adds one bias to each of a head's T scores. None for a learned
+        table (looked up, as the token table is) and for none."""
+        scheme, a = self.architecture["positions"], self.arithmetic.sizes
+        if scheme == "rope":
+            return {
+                "scheme": scheme,
+                "what": "rope's rotation of each query and key row",
+                "multiplies": 4 * a.D,
+                "adds": 2 * a.D,
+            }
+        if scheme == "alibi":
+            heads = self.architecture["n_head"]
+            return {"scheme": scheme, "what": "ALiBi's bias on each score", "multiplies": 0, "adds": heads * a.T}
+        return None
+
     @property
     def forward_flops(self) -> int:
         return 2 * self.arithmetic.total
@@ -110,6 +129,8 @@ class Info:
                 "forward_flops_per_token": self.forward_flops,
                 "training_flops_per_token": self.training_flops,
                 "flops_over_D2_per_block": self.units(),
+                # rope's rotation or ALiBi's bias, per token and block: elementwise, not in the counts
+                "positions_not_counted": self.positions_arithmetic(),
             },
             "memory": {
                 "estimate": True,

@@ -33,6 +33,7 @@ def render_text(info: Info) -> str:
             "looked up, the head multiplies; Q Kᵀ and the weighted sum read T keys)",
             3,
         ),
+        *_positions_lines(info),
         *_table(a, "mult-adds"),
         *_flops_lines(info),
         "",
@@ -50,10 +51,36 @@ def _switches(arch: dict[str, Any]) -> str:
         f"{arch['activation']} FFN" if arch["ffn_hidden"] else "no FFN",
         "biases" if arch["bias"] else "no biases",
         "head tied to token_table" if arch["tie_embeddings"] else "separate head",
-        "learned positions" if arch["positions"] == "learned" else "no position table",
+        POSITIONS[arch["positions"]].format(**arch),
         arch["dtype"],
     ]
     return ", ".join(words)
+
+
+# `[model] positions` as the summary names it: rope and ALiBi have no table, and no parameters at all
+POSITIONS = {
+    "learned": "learned positions",
+    "none": "no position table",
+    "rope": "rotary positions (rope_theta {rope_theta:g}; no parameters)",
+    "alibi": "ALiBi positions (no parameters)",
+}
+
+
+def _positions_lines(info: Info) -> list[str]:
+    """rope's rotation or ALiBi's bias: what it computes per token and block, and that the table
+    below leaves it out (elementwise, as the softmax)."""
+    extra = info.positions_arithmetic()
+    if extra is None:
+        return []
+    amount = (
+        f"4D = {extra['multiplies']:,} multiplies and 2D = {extra['adds']:,} adds"
+        if extra["scheme"] == "rope"
+        else f"H·T = {extra['adds']:,} adds"
+    )
+    return _wrap(
+        f"  ({extra['what']}, {amount} per token and block, is elementwise: not counted below, as the softmax is not)",
+        3,
+    )
 
 
 def _table(c: Counts, heading: str) -> list[str]:

@@ -106,9 +106,10 @@ def differentiate(
 
 
 def _is_row(name: str) -> bool:
-    """A stage whose rows are the trace's: not the attention weights, the heads or the logits."""
+    """A stage whose rows are the trace's: not the attention weights, the heads, rope's rotated
+    queries and keys (a row per head) or the logits."""
     last = name.rsplit(".", 1)[-1]
-    return last not in (stages.ATTENTION_WEIGHTS, stages.HEADS, stages.LOGITS)
+    return last not in (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED, stages.LOGITS)
 
 
 def _at(value: torch.Tensor, grad: torch.Tensor | None, position: int) -> StageGradient:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import MinigptError
 from .attribution import Attribution
+from .by_position import PositionLosses
 from .patching import PATCHED_STAGES, Patching
 from .trace import Trace
 
@@ -238,3 +239,38 @@ def save_png(figure, path: Path) -> None:
         import matplotlib.pyplot as plt
 
         plt.close(figure)
+
+
+def position_figure(result: PositionLosses, title: str = ""):
+    """The loss at each position as a curve (bits on the right axis), the trained length a vertical
+    line, the positions past it shaded. matplotlib is the plot extra's (plot.py)."""
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    ax.plot(range(result.length), result.nats, linewidth=1.2, color="#2b6cb0")
+    edge = result.trained_length - 0.5  # between the last trained position and the first past it
+    if result.length > result.trained_length:
+        ax.axvspan(edge, result.length - 1, color="#d6552b", alpha=0.08)
+    ax.axvline(edge, color="#d6552b", linewidth=1.2, linestyle="--")
+    ax.text(
+        edge,
+        1.0,
+        f" trained length {result.trained_length}",
+        transform=ax.get_xaxis_transform(),
+        va="top",
+        fontsize=8,
+        color="#d6552b",
+    )
+    ax.set_xlabel("position (predicting the token after it)")
+    ax.set_ylabel("loss (nats/token)")
+    bits = ax.secondary_yaxis("right", functions=(lambda n: n / math.log(2), lambda b: b * math.log(2)))
+    bits.set_ylabel("bits/token")
+    read = "extrapolating" if result.extrapolate else ""
+    read = ", ".join(x for x in (read, result.rope_scaling and f"rope scaling {result.rope_scaling}") if x)
+    ax.set_title(
+        (title + ": " if title else "")
+        + f"loss by position, mean of {result.windows:,} windows"
+        + (f" ({read})" if read else ""),
+        fontsize=9,
+    )
+    ax.grid(alpha=0.3)
+    return figure

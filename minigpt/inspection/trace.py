@@ -25,8 +25,9 @@ import torch
 from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
-from ..model.gpt import MiniGPT, check_context, check_token_ids
+from ..model.gpt import MiniGPT, check_token_ids
 from ..model.layers import ResidualShapeError
+from ..model.positions import Rotary
 from ..model.recorder import Recorder, Replacement
 from ..text.tokenizer import TextTokenizer
 from . import gradients
@@ -74,7 +75,7 @@ def parse_ids(text: str) -> list[int]:
 def check_ids(model: MiniGPT, ids: list[int], grad: bool = False) -> None:
     if not ids:
         raise MinigptError("the prompt has no tokens; trace needs at least one: {give}", give=GIVE_TOKENS)
-    check_context(len(ids), model.context, "the prompt", "shorten the prompt", positions=model.cfg.positions)
+    model.check_length(len(ids), "the prompt", "shorten the prompt")
     check_token_ids(ids, model.vocab_size)
     # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
     # With its gradient, the graph's saved values and the gradients' rows too: about twice that.
@@ -164,6 +165,11 @@ class BlockTrace:
     attention_shape: list[int]  # [1, H, T, T]
     logit_lens: list[Candidate]  # this block's output through final_norm and the head
     full_attention: list[list[list[float]]] = field(default_factory=list, repr=False)  # [head][query][key]; not in JSON
+    # rope only (`[model] positions = "rope"`): the traced position's query and key rows after their
+    # rotation, [head][d], and the whole arrays' shape [1, H, T, d]; in the JSON only then
+    rotated_query: list[list[float]] | None = None
+    rotated_key: list[list[float]] | None = None
+    rotated_shape: list[int] | None = None
 
 
 @dataclass
@@ -186,19 +192,27 @@ class Trace:
     # computed: token_rows and position_rows (the table rows block 0's input adds), input, the shown
     # blocks' stages, final_norm. In the JSON only then.
     all_positions: dict[str, list[list[float]]] = field(default_factory=dict)
+    # The length the model was trained at ([model] context), and whether the traced position lies
+    # past it (read with --extrapolate or a rope scaling): in the JSON only then.
+    trained_length: int = 0
+    past_trained_length: bool = False
 
     def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
         """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
         "residual1", "attention_weights", ..., or with block None the model's "input", "final_norm"
         and "logits"; the row at the traced position, or at `position` (`whole` gives them all).
         For attention_weights, that position's weights in every head over the keys it sees (0..p):
-        [H, p + 1], as `attention_weights` in the JSON."""
+        [H, p + 1], as `attention_weights` in the JSON; for a rope model's rotated_query and
+        rotated_key, that position's row in every head: [H, d]."""
         p = self.position if position is None else position
         whole = self.whole(block, name)
-        return whole[:, p, : p + 1] if name == stages.ATTENTION_WEIGHTS else whole[p]
+        if name == stages.ATTENTION_WEIGHTS:
+            return whole[:, p, : p + 1]
+        return whole[:, p] if name in stages.ROTATED else whole[p]
 
     def whole(self, block: int | None, name: str) -> torch.Tensor:
-        """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights."""
+        """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights,
+        [H, T, d] for rotated_query and rotated_key."""
         key = name if block is None else stages.block_name(block, name)
         if key not in self.recorded:
             scope = stages.block_prefix(block) + "." if block is not None else ""
@@ -224,10 +238,14 @@ class Trace:
             del out["all_positions"]
         if not self.input.replaced:
             del out["input"]["replaced"]
+        if not self.past_trained_length:
+            del out["trained_length"], out["past_trained_length"]
         if self.attribution is not None:
             out["attribution"] = self.attribution.as_dict()
         for block in out["blocks"]:
             del block["full_attention"]
+            if block["rotated_shape"] is None:  # not a rope model: no rotated rows
+                del block["rotated_query"], block["rotated_key"], block["rotated_shape"]
         if not self.interventions:
             del out["interventions"]
         return out
@@ -376,7 +394,19 @@ def trace_position(
         recorded=dict(recorder.stages),
         gradient=gradient,
         all_positions=_every_position(model, ids, recorder, shown) if all_positions else {},
+        trained_length=model.context,
+        past_trained_length=past_trained_length(model, len(ids), p),
     )
+
+
+def past_trained_length(model: MiniGPT, length: int, position: int) -> bool:
+    """Whether what a pass of `length` tokens computes at `position` comes from past the length the
+    model was trained at: the position itself lies past it, or (rope's dynamic scaling) every
+    rotation depends on a text longer than it."""
+    if position >= model.context:
+        return True
+    rotary = model.positions
+    return length > model.context and isinstance(rotary, Rotary) and rotary.length_dependent
 
 
 def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: list[int]) -> dict[str, list]:
@@ -391,7 +421,7 @@ def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: l
         if i > 0 and i - 1 not in shown:  # what enters block i: the output of the block before it
             out[stages.block_name(i - 1, stages.OUTPUT)] = recorder[stages.block_name(i - 1, stages.OUTPUT)][0].tolist()
         for name, value in recorder.block(i).items():
-            if name not in (stages.ATTENTION_WEIGHTS, stages.HEADS):
+            if name not in (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED):
                 out[stages.block_name(i, name)] = value[0].tolist()
     out[stages.FINAL_NORM] = recorder[stages.FINAL_NORM][0].tolist()
     return out
@@ -589,6 +619,8 @@ def _block_entry(
     recorded = recorder.block(i)
     weights = recorded.pop(stages.ATTENTION_WEIGHTS)  # [B, H, T, S]
     recorded.pop(stages.HEADS)  # kept for the attribution, not a row of the trace
+    # rope: the rotated queries and keys [B, H, T, d], a row per head, not a row of the stream
+    query, key = (recorded.pop(name, None) for name in stages.ROTATED)
     entering = recorder[stages.INPUT] if i == 0 else recorder[stages.block_name(i - 1, stages.OUTPUT)]
     return BlockTrace(
         index=i,
@@ -600,4 +632,7 @@ def _block_entry(
         attention_shape=list(weights.shape),
         logit_lens=_ranked(tokenizer, lens_logits, top),
         full_attention=weights[0].tolist(),
+        rotated_query=None if query is None else query[0, :, p].tolist(),
+        rotated_key=None if key is None else key[0, :, p].tolist(),
+        rotated_shape=None if query is None else list(query.shape),
     )

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ..errors import MinigptError
+from ..model.positions import alibi_slopes
 from ..model.stages import (
     ATTENTION,
     FFN,
@@ -233,6 +234,21 @@ def _legend(model: dict[str, Any]) -> list[str]:
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
 
+def positions_note(model: dict[str, Any], json_at: str = "the trace's JSON") -> str | None:
+    """Where positions enter a model whose stream carries none (rope, alibi): one sentence, for
+    the trace's text and the explore page (`json_at`: what holds the trace's JSON there); None for a
+    learned table (its row is in block 0's input table) and for none (no position enters at all)."""
+    if model["positions"] == "rope":
+        return (
+            f"rope: queries and keys turned by their position inside attention (rope_theta "
+            f"{model['rope_theta']:g}; {json_at} has the rotated rows)"
+        )
+    if model["positions"] == "alibi":
+        slopes = ", ".join(f"{s:.4g}" for s in alibi_slopes(model["n_head"]))
+        return f"alibi: -slope x distance added to each head's scores inside attention (slopes {slopes})"
+    return None
+
+
 def _attention_lines(entry: dict[str, Any], tokens: list[str], p: int, digits: int, width: int) -> list[str]:
     weights = entry["attention_weights"]  # [head][key]
     heads = len(weights)
@@ -294,6 +310,10 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
     legend = _pack(_legend(model), width - 2, " ")
     out += [legend[0]] + ["  " + line for line in legend[1:]]
+    note = positions_note(model)
+    if note is not None:  # rope, alibi: block 0's input is the token row alone, positions enter later
+        lines = _pack(note.split(" "), width - 2, " ")
+        out += [lines[0]] + ["  " + line for line in lines[1:]]
     every = trace.get("all_positions")
     if every:
         out += _pack(

@@ -72,8 +72,9 @@ def _resolved(item: SetRow, model: MiniGPT) -> tuple[str, int]:
         return item.table, item.index
     if getattr(model, "position_table", None) is None:
         raise MinigptError(
-            '{where}: this model has no position table ([model] positions = "none"); set a row of token_table',
+            "{where}: this model has no position table ([model] positions = {positions!r}); set a row of token_table",
             where=where,
+            positions=model.cfg.positions,
         )
     rows = model.position_table.weight.shape[0]
     try:

@@ -1,6 +1,7 @@
 """The KV cache: the keys and values every block has computed so far, so that while a text still
 fits the position table each sampling step feeds the model only the new token. Buffers are sized to
-the table once and written in place (no concatenation per token).
+the table once and written in place (no concatenation per token); a model read past its trained
+length on purpose (--extrapolate) grows them, doubling, as the text grows.
 """
 
 from __future__ import annotations
@@ -23,10 +24,20 @@ class LayerCache:
             self.keys = k.new_empty(shape)
             self.values = v.new_empty(shape)
         end = self.length + k.shape[2]
+        if end > self.keys.shape[2]:  # read past the trained length (--extrapolate): twice the room, once
+            grown = (*self.keys.shape[:2], max(end, 2 * self.keys.shape[2]), self.keys.shape[3])
+            self.keys = _grown(self.keys, grown, self.length)
+            self.values = _grown(self.values, grown, self.length)
         self.keys[:, :, self.length : end] = k
         self.values[:, :, self.length : end] = v
         self.length = end
         return self.keys[:, :, :end], self.values[:, :, :end]
+
+
+def _grown(buffer: Tensor, shape: tuple, length: int) -> Tensor:
+    bigger = buffer.new_empty(shape)
+    bigger[:, :, :length] = buffer[:, :, :length]
+    return bigger
 
 
 class KVCache:

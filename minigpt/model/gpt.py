@@ -1,7 +1,9 @@
 """MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
 
     x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
-        (positions = "none": x = token_table[ids] alone; context still bounds the window)
+        (positions = "none", "rope" or "alibi": x = token_table[ids] alone, and rope turns each
+        query and key by its position inside attention, alibi biases each score by its distance:
+        positions.py; context is still the trained length, crossed only on purpose: read_with)
     for block in blocks (pre-norm, chapter 17.5):
         norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
         norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
@@ -42,35 +44,53 @@ from . import stages
 from .cache import KVCache, LayerCache
 from .layers import CausalSelfAttention, FeedForward, make_norm
 from .layers import residual as residual_add
+from .positions import Alibi, RopeScaling, Rotary, parse_rope_scaling
 from .recorder import Recorder
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class ContextTooLongError(MinigptError):
-    """A sequence needs a position row the learned table does not have."""
+    """A sequence longer than the model accepts: past its position table's rows (learned), or past
+    the length it was trained at (rope, alibi, none) unless the reader crosses it on purpose."""
 
 
 def check_context(
-    length: int, context: int, what: str = "the sequence", advice: str = "", positions: str = "learned"
+    length: int,
+    context: int,
+    what: str = "the sequence",
+    advice: str = "",
+    positions: str = "learned",
+    window: int | None = -1,
+    scaling: object | None = None,
 ) -> None:
-    """The one refusal for anything longer than the position table, whoever notices it first
-    (forward, sampling, trace), so it reads the same wherever it is raised. Without a position
-    table (`positions = "none"`) `context` still bounds the window and the KV cache."""
-    if length <= context:
+    """The one refusal for anything longer than a model accepts, whoever notices it first (forward,
+    sampling, trace), so it reads the same wherever it is raised. `context`: the trained length
+    ([model] context, the learned table's rows); `window`: what the model accepts as it is read
+    now (-1: `context`; None: anything, --extrapolate; a scaled rope's factor x context)."""
+    window = context if window == -1 else window
+    if window is None or length <= window:
         return
-    bound = (
-        "the model's context is {given} ([model] context = {given}); it has no position table, but context "
-        "still bounds the window it attends over and its KV cache"
-        if positions == "none"
-        else "the position table has {given} rows ([model] context = {given}); the model has no row for "
-        "position {given} and will not invent one"
-    )
+    if positions == "learned":
+        raise ContextTooLongError(
+            "{what} has {length} tokens but the position table has {given} rows ([model] context = {given}); the "
+            "model has no row for position {given} and will not invent one, so use at most {given} tokens{value}",
+            what=what,
+            length=length,
+            given=context,
+            value=f": {advice}" if advice else "",
+        )
+    reach = f" (read with rope scaling {scaling}: {window} tokens)" if scaling is not None else ""
     raise ContextTooLongError(
-        "{what} has {length} tokens but " + bound + ", so use at most {given} tokens{value}",
+        "{what} has {length} tokens but the model was trained on at most {given} ([model] context = {given})"
+        '{reach}; with positions = "{positions}" it has no table to run out of, but it was never trained past '
+        "that length, so use at most {window} tokens{value}, or pass {extrapolate:on} to read past it on purpose",
         what=what,
         length=length,
         given=context,
+        reach=reach,
+        positions=positions,
+        window=window,
         value=f": {advice}" if advice else "",
     )
 
@@ -124,12 +144,13 @@ OWN_PARTS = Parts()
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS):
+    def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS, positions: Rotary | Alibi | None = None):
+        """`positions`: the model's rope or ALiBi tables, which its attention reads (positions.py)."""
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
         self.residual = residual_add if cfg.residual else _skip
         self.norm1 = make_norm(cfg, substitute=parts.norm)
-        self.attention = parts.attention(cfg) if parts.attention else CausalSelfAttention(cfg)
+        self.attention = parts.attention(cfg) if parts.attention else CausalSelfAttention(cfg, positions)
         if cfg.ffn_hidden > 0:  # ffn_hidden = 0: attention only, no norm2 and no ffn module at all
             self.norm2 = make_norm(cfg, substitute=parts.norm)
             self.ffn = parts.ffn(cfg) if parts.ffn else FeedForward(cfg)
@@ -182,8 +203,19 @@ class MiniGPT(nn.Module):
         self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
         if cfg.positions == "learned":  # positions = "none": no table, the input is the token row alone
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
+        # rope and alibi: no parameters, tables inside attention, computed once per length and shared
+        self.positions: Rotary | Alibi | None = None
+        if cfg.positions == "rope":
+            self.positions = Rotary(cfg.n_embd // cfg.n_head, cfg.rope_theta, cfg.context)
+        elif cfg.positions == "alibi":
+            self.positions = Alibi(cfg.n_head, cfg.context)
+        # How it is read (read_with): past the trained length on purpose, or with rope scaled.
+        self.extrapolate = False
+        self.rope_scaling: RopeScaling | None = None
         parts = parts or OWN_PARTS
-        self.blocks = nn.ModuleList(parts.block(cfg) if parts.block else Block(cfg, parts) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(
+            parts.block(cfg) if parts.block else Block(cfg, parts, self.positions) for _ in range(cfg.n_layer)
+        )
         # [train] recompute: training keeps each block's input alone and computes the block again in
         # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
         self.recompute = False
@@ -207,6 +239,53 @@ class MiniGPT(nn.Module):
             for proj in (block.attention.out, *((block.ffn.W2,) if hasattr(block, "ffn") else ())):
                 nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * cfg.n_layer))
 
+    def read_with(self, extrapolate: bool = False, rope_scaling: RopeScaling | str | None = None) -> MiniGPT:
+        """How this model is read from now on (nothing it trains changes): `extrapolate` accepts texts
+        past the trained length (`context`) on purpose, for rope, alibi and none (a learned table
+        has no row there); `rope_scaling` (a RopeScaling or text such as "yarn:4") stretches rope's
+        rotations so that factor x context positions are accepted. Returns the model."""
+        positions = self.cfg.positions
+        if extrapolate and positions == "learned":
+            raise ContextTooLongError(
+                "{extrapolate:on} is refused for this model: its position table has {given} rows ([model] context "
+                "= {given}) and it has no row past them to read with; only a model with positions = rope, alibi "
+                "or none can be read past the length it was trained at",
+                given=self.context,
+            )
+        if isinstance(rope_scaling, str):
+            rope_scaling = parse_rope_scaling(rope_scaling)
+        if rope_scaling is not None and positions != "rope":
+            raise MinigptError(
+                "{rope_scaling} {given} is refused for this model: it scales rotary positions, and this model's "
+                'positions are "{positions}"; use it with a model trained with positions = "rope"',
+                given=str(rope_scaling),
+                positions=positions,
+            )
+        self.extrapolate, self.rope_scaling = extrapolate, rope_scaling
+        if isinstance(self.positions, Rotary):
+            self.positions.set_scaling(rope_scaling)
+        return self
+
+    @property
+    def window(self) -> int | None:
+        """The longest text this model accepts as it is read now: `context` (the learned table's rows,
+        or the trained length), a scaled rope's factor x context, or None (anything: --extrapolate)."""
+        if self.extrapolate:
+            return None
+        return self.rope_scaling.accepts(self.context) if self.rope_scaling is not None else self.context
+
+    @property
+    def cache_reach(self) -> int | None:
+        """How long a KV cache stays valid (None: any length): the dynamic rope rule turns every key
+        by the length of the text past the trained length, so a longer text has other keys."""
+        if isinstance(self.positions, Rotary) and self.positions.length_dependent:
+            return self.context
+        return self.window
+
+    def check_length(self, length: int, what: str = "the sequence", advice: str = "") -> None:
+        """Refuse a text longer than this model accepts as it is read now (check_context)."""
+        check_context(length, self.context, what, advice, self.cfg.positions, self.window, self.rope_scaling)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -227,6 +306,7 @@ class MiniGPT(nn.Module):
             "tie_embeddings": cfg.tie_embeddings,
             "dtype": cfg.dtype,
             "positions": cfg.positions,
+            **({"rope_theta": cfg.rope_theta} if cfg.positions == "rope" else {}),
             "residual": cfg.residual,
         }
 
@@ -248,7 +328,7 @@ class MiniGPT(nn.Module):
         T = ids.shape[1]
         # A shape check, no host sync: the position table has no row past `context`.
         what = f"the sequence ({start} cached + {T} new)" if start else "the sequence"
-        check_context(start + T, self.context, what, positions=self.cfg.positions)
+        self.check_length(start + T, what)
         tap = recorder.record if recorder is not None else _untapped
         x = self.token_table(ids)  # E[ids]: [B, T, C]
         if self.cfg.positions == "learned":

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from . import stages
 from .cache import LayerCache
+from .positions import Alibi, Rotary
 from .recorder import Recorder
 
 
@@ -96,8 +97,11 @@ def make_norm(
 class CausalSelfAttention(nn.Module):
     """Multi-head causal attention: project, split into heads, mask, softmax, mix values, join, W_O."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, positions: Rotary | Alibi | None = None):
+        """`positions`: the model's rope or ALiBi tables (positions.py), shared by every block; None
+        for learned positions (added to the stream before block 0) or none."""
         super().__init__()
+        self.positions = positions
         self.n_head = cfg.n_head
         self.head_width = cfg.n_embd // cfg.n_head
         # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path.
@@ -114,10 +118,19 @@ class CausalSelfAttention(nn.Module):
         qkv = self.qkv(x)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
         # Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
         # of its third (one view and one permute, no copy)
-        q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
-        past = 0
+        past = cache.length if cache is not None else 0  # the absolute position of this x's first row
+        rotary = self.positions if isinstance(self.positions, Rotary) else None
+        if rotary is None:
+            q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
+        else:  # rope: the queries and keys (one [B, T, 2, H, d] slab) turned by their positions, the values not
+            # split, not sliced: its backward is one concatenation, a slice's a zero fill and an add
+            qk, v = qkv.view(B, T, 3, self.n_head, self.head_width).split((2, 1), dim=2)
+            q, k = rotary.rotate(qk, past).permute(2, 0, 3, 1, 4).unbind(0)
+            v = v.squeeze(2).transpose(1, 2)
+            if recorder is not None:
+                q = recorder.record(stages.ROTATED_QUERY, q)  # [B, H, T, d]
+                k = recorder.record(stages.ROTATED_KEY, k)
         if cache is not None:
-            past = cache.length
             k, v = cache.extend(k, v)  # [B, H, S, d]: the cached keys and values, then these T
         S = k.shape[2]  # keys visible in total: the cached ones plus these T
         if last_only:  # one query, the last position: it may read every key, so no mask is needed
@@ -125,8 +138,12 @@ class CausalSelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
         # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
+        alibi = self.positions if isinstance(self.positions, Alibi) else None
         if recorder is None and not _lowered_precision(x):
-            if past == 0:
+            if alibi is not None:  # the bias carries the causal mask (-inf past the query)
+                bias = alibi.bias(T, S, past, x.device, q.dtype)
+                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # [B, H, T, d]
+            elif past == 0:
                 mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)  # [B, H, T, d]
             else:
                 mask = None if T == 1 else _causal_mask(T, S, past, x.device)
@@ -135,9 +152,11 @@ class CausalSelfAttention(nn.Module):
             scores = q @ k.transpose(-2, -1)  # [B, H, T, S]
             if scores.dtype in (torch.bfloat16, torch.float16):
                 scores = scores.float()  # scale, mask and softmax in float32: only the matmuls are lowered
-            scores = (scores / math.sqrt(self.head_width)).masked_fill(
-                ~_causal_mask(T, S, past, x.device), float("-inf")
-            )
+            scores = scores / math.sqrt(self.head_width)
+            if alibi is not None:  # -slope_h (i - j), and -inf past the query
+                scores = scores + alibi.bias(T, S, past, x.device, scores.dtype)
+            else:
+                scores = scores.masked_fill(~_causal_mask(T, S, past, x.device), float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]
             if recorder is not None:
                 recorder.record(stages.ATTENTION_WEIGHTS, weights)

@@ -47,7 +47,8 @@ class Recorder:
         self.stages: dict[str, Tensor] = {}
         self.keep_graph = keep_graph
         self.replacements: dict[str, Replacement] = dict(replacements or {})
-        self.known = frozenset(stages.replaceable_names(cfg.n_layer, **stages.of(cfg)))
+        rotated = stages.rotated_names(cfg.n_layer) if cfg.positions == "rope" else ()
+        self.known = frozenset(stages.replaceable_names(cfg.n_layer, **stages.of(cfg)) + rotated)
         self.cfg = cfg
         unknown = [name for name in self.replacements if name not in self.known]
         if unknown:
@@ -55,7 +56,8 @@ class Recorder:
 
     def _unknown(self, names: list[str], what: str) -> str:
         cfg = self.cfg
-        per_block = [stages.ATTENTION_WEIGHTS, *stages.block_stages(**stages.of(cfg)), stages.HEADS]
+        rotated = stages.ROTATED if cfg.positions == "rope" else ()
+        per_block = [*rotated, stages.ATTENTION_WEIGHTS, *stages.block_stages(**stages.of(cfg)), stages.HEADS]
         return (
             f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "
             f"{stages.INPUT}, {stages.FINAL_NORM}, {stages.LOGITS} and blocks.I.STAGE for I in 0..{cfg.n_layer - 1} "

@@ -5,6 +5,7 @@ interventions.py checks against, and trace.py, trace_text.py and the explore pag
     blocks.{i}.{stage}                         every stage of block i, in the order it computes them
     blocks.{i}.attention_weights               softmax(mask(Q K^T / sqrt(d))), recorded inside attention
     blocks.{i}.heads                           each head's mixed values before W_O: replaceable, not recorded
+    blocks.{i}.rotated_query, rotated_key      rope only: Q and K [B, H, T, d] turned by their positions
     blocks.{i}.pre_activation                  x W1 + b1 inside the FFN, before the activation: replaceable,
                                                not recorded (kept where asked: a part fed one row, feed.py)
     final_norm, logits                         after the last block
@@ -38,6 +39,11 @@ HEADS = "heads"
 # `heads`: a pass keeps it where a replacement asks (a part fed one row), so a trace's table and the
 # names a pass records stay the chapter's seven.
 PRE_ACTIVATION = "pre_activation"
+# inside attention, rope only (`[model] positions = "rope"`): the queries and keys [B, H, T, d] after
+# their rotation, recorded as computed (a trace's --json shows the traced position's rows)
+ROTATED_QUERY = "rotated_query"
+ROTATED_KEY = "rotated_key"
+ROTATED = (ROTATED_QUERY, ROTATED_KEY)
 
 # the model's own, around the blocks
 INPUT = "input"
@@ -109,6 +115,11 @@ def recorded_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[
                 names.append(block_name(i, ATTENTION_WEIGHTS))
             names.append(block_name(i, stage))
     return (*names, FINAL_NORM, LOGITS)
+
+
+def rotated_names(n_layer: int) -> tuple[str, ...]:
+    """The names a rope model's attention records besides recorded_names: each block's ROTATED."""
+    return tuple(block_name(i, stage) for i in range(n_layer) for stage in ROTATED)
 
 
 def replaceable_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from torch import Tensor
 from ..config import SampleConfig
 from ..model.cache import KVCache
 from ..model.fold import fold_norms, unfoldable
-from ..model.gpt import MiniGPT, check_context, check_token_ids
+from ..model.gpt import MiniGPT, check_token_ids
 from ..model.hooks import hooked
 
 # ----------------------------------------------------------------------------------------------
@@ -140,24 +140,30 @@ class Generation:
         return model(window, last_only=True)[0][:, -1]
 
     def __iter__(self) -> Iterator[Step]:
-        model, context, s = self.model, self.model.context, self.settings
+        model, s = self.model, self.settings
+        # the longest window the model reads (None: the whole text, read past its trained length on
+        # purpose), and how long its KV cache stays valid
+        window, reach = model.window, model.cache_reach
         batch, length = self.prompt.shape
         with torch.inference_mode():
             # One buffer for the whole text, written in place: no concatenation per token.
             text = self.prompt.new_empty((batch, length + s.max_new_tokens))
             text[:, :length] = self.prompt
-            cache = KVCache(len(model.blocks), context) if self.use_cache else None
+            capacity = window if window is not None else length + s.max_new_tokens
+            cache = KVCache(len(model.blocks), capacity) if self.use_cache else None
         for index in range(s.max_new_tokens):
-            if length >= context and not s.slide:
+            if window is not None and length >= window and not s.slide:
                 self.stop_reason = "context_limit"  # the text fills the table; every token has a row
                 return
             with torch.inference_mode():
-                if cache is not None and length <= context:
+                if cache is not None and (reach is None or length <= reach):
                     # The window is still filling: feed only what the cache has not seen.
                     logits = model(text[:, cache.length : length], cache=cache, last_only=True)[0][:, -1]
                 else:
-                    cache = None  # past the table every position moves: recompute the last `context`
-                    logits = self._recompute(text[:, max(0, length - context) : length])
+                    # past the table every position moves: recompute the last `window` (with rope's
+                    # dynamic rule every key turns with the length: recompute the whole text)
+                    cache = None
+                    logits = self._recompute(text[:, max(0, length - window) if window is not None else 0 : length])
                 if self.writable is not None:
                     logits = logits[:, : self.writable]
                 probs = next_token_distribution(logits, s.temperature, s.top_k, s.top_p)
@@ -202,12 +208,10 @@ def generate(
     if settings.max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be at least 0, got {settings.max_new_tokens}")
     # Refused, never cropped: cropping silently would hide the problem.
-    check_context(
+    model.check_length(
         prompt.shape[1],
-        model.context,
         "the prompt",
         "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a larger [model] context",
-        positions=model.cfg.positions,
     )
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
     return Generation(
@@ -283,6 +287,12 @@ class SampleResult:
     token_probs: list[float]
     stop_reason: str  # "max_new_tokens", "stop_text" or "context_limit"
     seconds: float
+    trained_length: int = 0  # [model] context: the longest text the model was trained on
+    longest_read: int = 0  # the most tokens one forward pass read (past trained_length: --extrapolate)
+
+    @property
+    def past_trained_length(self) -> bool:
+        return self.longest_read > self.trained_length
 
     @property
     def text(self) -> str:
@@ -305,6 +315,9 @@ class SampleResult:
             "new_tokens": len(self.token_ids),
             "seconds": round(self.seconds, 6),
             "tokens_per_second": round(self.tokens_per_second, 2),
+            "trained_length": self.trained_length,
+            "longest_read": self.longest_read,
+            "past_trained_length": self.past_trained_length,
         }
 
 
@@ -348,6 +361,7 @@ def complete(
         if all(sample.stopped for sample in samples):
             break
     end = time.perf_counter()
+    read_at_most = model.window or len(prompt_ids) + s.max_new_tokens
     results = []
     for sample in samples:
         tail = sample.finish()
@@ -362,6 +376,9 @@ def complete(
                 token_probs=sample.probs,
                 stop_reason="stop_text" if sample.stopped else generation.stop_reason,
                 seconds=(sample.finished_at or end) - start,
+                trained_length=model.context,
+                # every token but the last one drawn was read, in windows of at most model.window
+                longest_read=min(len(prompt_ids) + len(sample.ids) - 1, read_at_most),
             )
         )
     return results

@@ -64,7 +64,9 @@ class _LastScores(torch.nn.Module):
 
 
 def _key(model: MiniGPT, samples: int) -> str:
-    digest = hashlib.sha256(repr((FORMAT, torch.__version__, samples, model.context, model.cfg)).encode())
+    # the rope scaling it is read with turns the keys and queries: part of what the graph computes
+    what = (FORMAT, torch.__version__, samples, model.context, model.cfg, str(model.rope_scaling))
+    digest = hashlib.sha256(repr(what).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
         digest.update(tensor.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())

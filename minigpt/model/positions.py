@@ -1,0 +1,300 @@
+"""Positions that live inside attention: rotary positions (rope) and ALiBi's linear biases, with
+rope's scaling rules for reading past the trained length.
+
+rope (Su et al. 2021) rotates each query and key row of a head, pair by pair, by an angle that
+grows with its position t. The half-split layout Hugging Face's Llama uses: coordinate j pairs
+with j + d/2, and pair i turns at inv_freq_i = theta^(-2i/d) radians per position,
+
+    rotated = x cos(t inv_freq) + rotate_half(x) sin(t inv_freq),  rotate_half([x1, x2]) = [-x2, x1]
+
+so q_m . k_n depends on m - n alone: a model with rope has no table to run out of. It has only
+ever been trained on the distances its `context` allows, though, which is what `--extrapolate`
+crosses on purpose and what a scaling rule stretches:
+
+    linear:F   position interpolation (Chen et al. 2023): every inv_freq / F, positions squeezed
+    ntk:F      transformers' "dynamic" NTK rule: theta grows with the length read,
+               theta (F L / context - (F - 1))^(d / (d - 2)) for L > context, unchanged up to context
+    yarn:F     YaRN (Peng et al. 2023): fast pairs kept, slow pairs interpolated, a ramp between
+               (beta_fast 32, beta_slow 1), and cos and sin scaled by 0.1 ln F + 1
+    llama3:F   Llama 3.1's rule (an imported model's): low frequencies / F, high kept, a ramp between
+
+The formulas, and the arithmetic (inv_freq and the angles in float32, then cast to the model's
+dtype), are those of transformers' `modeling_rope_utils` and Llama rotary embedding, so that a model
+carrying those `rope_scaling` keys computes in minigpt what it computes in transformers. A float64
+model (an exact teaching run) computes them in float64 instead: its rope is then the formula to
+float64's rounding, and q_m . k_n depends on m - n alone to 1e-12, as its other reference checks ask.
+
+ALiBi (Press et al. 2022) adds -slope_h (i - j) to the score of query i reading key j: no position
+enters the stream at all, and farther keys are penalised linearly, at a rate per head taken from a
+geometric sequence (`alibi_slopes`).
+
+Tables are computed once per length and device (and rope's once per scaling), never per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..errors import MinigptError
+
+SCALING_KINDS = {"linear": "linear", "ntk": "dynamic", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A rope scaling rule as transformers' `rope_scaling` describes it. `original_context`: the
+    length the model was trained at (None: the model's own `context`). The other fields keep
+    transformers' defaults unless a checkpoint's config sets them."""
+
+    kind: str  # "linear", "dynamic", "yarn" or "llama3" (transformers' rope_type)
+    factor: float
+    original_context: int | None = None
+    attention_factor: float | None = None  # yarn
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    mscale: float | None = None  # yarn
+    mscale_all_dim: float | None = None  # yarn
+    truncate: bool = True  # yarn
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    name: str = field(default="", compare=False)  # as the user wrote it ("ntk:4")
+
+    def __str__(self) -> str:
+        return self.name or f"{self.kind}:{self.factor:g}"
+
+    def accepts(self, context: int) -> int:
+        """How many positions a model trained at `context` reads with this rule, unasked."""
+        return int(math.floor(self.factor * (self.original_context or context)))
+
+
+def parse_rope_scaling(text: str) -> RopeScaling:
+    """`linear:4`, `ntk:4`, `yarn:4` (or transformers' name `dynamic:4`; `llama3:8`) as a RopeScaling."""
+    kind, _, factor = str(text).partition(":")
+    if kind not in SCALING_KINDS:
+        raise MinigptError(
+            "{rope_scaling} {given} names no scaling rule; expected linear:F, ntk:F or yarn:F with F a factor "
+            "of at least 1, e.g. yarn:4",
+            given=text,
+        )
+    try:
+        value = float(factor)
+    except ValueError:
+        value = float("nan")
+    if not value >= 1 or math.isinf(value):
+        raise MinigptError(
+            "{rope_scaling} {given} has no factor of at least 1; write the rule and a factor, e.g. {value}",
+            given=text,
+            value=f"{kind}:4",
+        )
+    return RopeScaling(SCALING_KINDS[kind], value, name=text)
+
+
+def inverse_frequencies(
+    head_width: int,
+    theta: float,
+    scaling: RopeScaling | None,
+    context: int,
+    length: int,
+    dtype: torch.dtype = torch.float32,
+):
+    """(inv_freq [d/2] in `dtype`, attention_factor): the angle per position of each pair, as
+    transformers computes it (in float32) for a sequence of `length` positions of a model trained
+    at `context`."""
+    d = head_width
+    exponents = torch.arange(0, d, 2, dtype=torch.int64).to(dtype) / d
+    if scaling is None:
+        return 1.0 / (theta**exponents), 1.0
+    original = scaling.original_context or context
+    factor = scaling.factor
+    if scaling.kind == "linear":
+        return 1.0 / (theta**exponents) / factor, 1.0
+    if scaling.kind == "dynamic":  # transformers reads max_position_embeddings as the trained length
+        length = max(length, original)
+        base = theta * ((factor * length / original) - (factor - 1)) ** (d / (d - 2))
+        return 1.0 / (base**exponents), 1.0
+    if scaling.kind == "llama3":
+        return _llama3(1.0 / (theta**exponents), scaling, original), 1.0
+    return _yarn(d, theta, scaling, original, dtype)
+
+
+def _yarn(d: int, theta: float, s: RopeScaling, original: int, dtype: torch.dtype) -> tuple[Tensor, float]:
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention_factor = s.attention_factor
+    if attention_factor is None:
+        attention_factor = (
+            mscale(s.factor, s.mscale) / mscale(s.factor, s.mscale_all_dim)
+            if s.mscale and s.mscale_all_dim
+            else mscale(s.factor)
+        )
+
+    def dimension(rotations: float) -> float:  # the pair index that turns `rotations` times over `original`
+        return (d * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low, high = dimension(s.beta_fast), dimension(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(d // 2, dtype=dtype) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: the pair turns fast enough to keep its frequency (extrapolated)
+    turns = theta ** (torch.arange(0, d, 2).to(dtype) / d)
+    inv_freq = (1.0 / (s.factor * turns)) * (1 - keep) + (1.0 / turns) * keep
+    return inv_freq, float(attention_factor)
+
+
+def _llama3(inv_freq: Tensor, s: RopeScaling, original: int) -> Tensor:
+    low_wavelength = original / s.low_freq_factor
+    high_wavelength = original / s.high_freq_factor
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > low_wavelength, inv_freq / s.factor, inv_freq)
+    smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelength >= high_wavelength) & (wavelength <= low_wavelength)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """[x1, x2] -> [-x2, x1] over the last axis: each pair (j, j + d/2) turned a quarter."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary:
+    """One model's rotation tables, shared by its blocks: cos and sin [positions, d] (each pair's
+    angle repeated in both halves), computed once per length, device and dtype. `scaling` is a
+    reading choice (`MiniGPT.read_with`), never trained: changing it drops the tables."""
+
+    def __init__(self, head_width: int, theta: float, context: int):
+        self.head_width, self.theta, self.context = head_width, theta, context
+        self.scaling: RopeScaling | None = None
+        self._tables: dict = {}
+        self._views: dict = {}
+
+    def set_scaling(self, scaling: RopeScaling | None) -> None:
+        if scaling != self.scaling:
+            self.scaling, self._tables = scaling, {}
+
+    @property
+    def length_dependent(self) -> bool:
+        """Whether a position's rotation depends on how long the text is (the dynamic rule past the
+        trained length): keys rotated for a shorter text are then not the keys of a longer one."""
+        return self.scaling is not None and self.scaling.kind == "dynamic"
+
+    def tables(self, end: int, device, dtype) -> tuple[Tensor, Tensor]:
+        """cos, sin for positions 0 .. end - 1 (or more), in `dtype` on `device`."""
+        return self._cached(end, device, dtype)[:2]
+
+    def _cached(self, end: int, device, dtype) -> tuple[Tensor, Tensor, Tensor]:
+        """cos, sin, and [-sin | sin]: what `rotate` multiplies the halves-swapped row by."""
+        original = (self.scaling.original_context if self.scaling else None) or self.context
+        # the dynamic rule depends on the length read past the trained one; every other rule does not
+        key = (end if self.length_dependent and end > original else 0, device, dtype)
+        found = self._tables.get(key)
+        if found is not None and found[0].shape[0] >= end:
+            return found
+        rows = max(end, self.context) if key[0] == 0 else end
+        if found is not None:
+            rows = max(rows, 2 * found[0].shape[0])  # grow geometrically: a text read a token at a time
+        elif key[0]:  # the dynamic rule's tables of other lengths are not read again: keep one, not one per length
+            self._tables = {k: v for k, v in self._tables.items() if k[0] == 0}
+        # transformers' float32 arithmetic; a float64 model's own, exact to its rounding
+        exact = torch.float64 if dtype == torch.float64 else torch.float32
+        inv_freq, attention_factor = inverse_frequencies(
+            self.head_width, self.theta, self.scaling, self.context, end, exact
+        )
+        angles = torch.arange(rows, dtype=torch.int64).to(exact)[:, None] * inv_freq[None, :]  # [rows, d/2]
+        angles = torch.cat((angles, angles), dim=-1)  # [rows, d]: pair (j, j + d/2) shares its angle
+        cos, sin = angles.cos() * attention_factor, angles.sin() * attention_factor
+        half = self.head_width // 2
+        signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        tables = (cos.to(device, dtype), sin.to(device, dtype), signed.to(device, dtype))
+        self._tables[key] = tables
+        return tables
+
+    def rotate(self, x: Tensor, start: int) -> Tensor:
+        """x [B, T, ..., d] (positions on axis 1, any head axes between) rotated by positions
+        start .. start + T - 1."""
+        T = x.shape[1]
+        tables = self._cached(start + T, x.device, x.dtype)
+        # the rows of these positions, shaped to broadcast: kept per (start, T), since sampling asks
+        # for the same window every step (a slice and a view cost as much as a small kernel here)
+        key = (start, T, x.dim(), x.device, x.dtype)
+        found = self._views.get(key)
+        if found is None or found[0] is not tables:
+            shape = (T,) + (1,) * (x.dim() - 3) + (x.shape[-1],)
+            cos, signed = tables[0][start : start + T].view(shape), tables[2][start : start + T].view(shape)
+            if len(self._views) > 256:  # a text read a token at a time: every start once
+                self._views = {}
+            found = self._views[key] = (tables, cos, signed)
+        _, cos, signed = found
+        if x.requires_grad:
+            return _Rotation.apply(x, cos, signed)
+        return _rotated(x, cos, signed)
+
+
+def _rotated(x: Tensor, cos: Tensor, signed: Tensor) -> Tensor:
+    """x cos + rotate_half(x) sin, as x cos + [x2, x1] [-sin | sin]: the same products and sums, so
+    the same bits, but a roll instead of a negation and a concatenation (on the strided slice of the
+    qkv output several times faster)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed
+
+
+class _Rotation(torch.autograd.Function):
+    """The rotation, whose gradient is the rotation by minus the angle, g cos - [g2, g1] [-sin | sin],
+    written as one multiply and one fused multiply-add over the gradient (autograd's own backward
+    takes a pass more), keeping nothing of x for the backward pass, only the model's tables."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, signed: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, signed)
+        return _rotated(x, cos, signed)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, signed = ctx.saved_tensors
+        return torch.addcmul(grad * cos, grad.roll(grad.shape[-1] // 2, -1), signed, value=-1), None, None
+
+
+def alibi_slopes(n_head: int) -> list[float]:
+    """Press et al.'s slopes: for n heads a power of two, 2^(-8/n), 2^(-16/n), ..., 2^(-8); otherwise
+    those of the power of two just below n, then every other slope of twice that power."""
+    below = 2 ** math.floor(math.log2(n_head))
+    slopes = [2 ** (-8 * (i + 1) / below) for i in range(below)]
+    if below < n_head:
+        slopes += [2 ** (-8 * (i + 1) / (2 * below)) for i in range(0, 2 * below, 2)][: n_head - below]
+    return slopes
+
+
+class Alibi:
+    """One model's ALiBi biases, shared by its blocks: [H, rows, rows] with -slope_h (i - j) where key
+    j <= query i and -inf past it (the causal mask inside the bias). Within the trained length the
+    table is built once per device and dtype and sliced for each pass; past it (--extrapolate) the
+    rows a pass needs are computed for that pass alone, so a long text never leaves a square table
+    of its length behind."""
+
+    def __init__(self, n_head: int, context: int):
+        self.slopes = alibi_slopes(n_head)
+        self.context = context
+        self._tables: dict = {}
+
+    def _table(self, rows: Tensor, keys: int, device, dtype) -> Tensor:
+        distance = rows[:, None] - torch.arange(keys)[None, :]  # i - j
+        slopes = torch.tensor(self.slopes, dtype=torch.float64)[:, None, None]
+        return (-slopes * distance).masked_fill(distance < 0, float("-inf")).to(device, dtype)
+
+    def bias(self, T: int, S: int, past: int, device, dtype) -> Tensor:
+        """[H, T, S]: the bias of queries past .. past + T - 1 reading keys 0 .. S - 1."""
+        if S > self.context:
+            return self._table(torch.arange(past, past + T), S, device, dtype)
+        key = (device, dtype)
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = self._table(torch.arange(self.context), self.context, device, dtype)
+        return found[:, past : past + T, :S]

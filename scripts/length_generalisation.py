@@ -1,0 +1,366 @@
+"""Length generalisation on a laptop (docs/guide/length-generalisation.md): Kazemnejad et al. 2023,
+"The Impact of Positional Encoding on Length Generalization in Transformers" (arXiv 2305.19466),
+reproduced small. Every cell is one `minigpt` command, printed as it runs, so any one of them can be
+run alone.
+
+    python scripts/length_generalisation.py            the whole experiment (about 15 minutes on 2 cores)
+    python scripts/length_generalisation.py --quick    every kind of cell at a few steps (a smoke test)
+    python scripts/length_generalisation.py --only reverse,text    some parts (tasks, or text)
+    python scripts/length_generalisation.py --again    the tables and figures again from saved results
+
+1. Tasks: copy, reverse and sort at 1-6 letters, add at 1-3 digits per number (configs/lengths/),
+   trained with each of positions = learned, none, rope, alibi (the same model and steps; learned
+   with a table for the longest test example, of which training reads the first rows only), then
+   exact match at every length up to twice the longest trained (`minigpt eval --task-length 1-2L`,
+   read past the trained length with --extrapolate where the scheme has no table).
+2. Text: Tiny Shakespeare at a context of 64 with each scheme, then the loss at each position of
+   256-token windows (`minigpt eval --by-position --length 256`): rope without scaling, with
+   --rope-scaling linear:4 and yarn:4, none and alibi with --extrapolate; learned at 64 (its table).
+
+Writes runs/lengths/results.json and results.md (the numbers, each cell's commands and seconds) and
+the figures docs/length-generalisation.png and docs/length-generalisation-text.png (with --quick or
+--out, the figures go beside the results). Resumable: a run whose results are saved is not trained or
+read again, an interrupted one is finished (`train --resume`); --force starts over. Cells run
+--jobs at a time (default 2, one thread each: on 2 cores, two small models at once train faster
+than one on both cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from minigpt.text.tasks import Task  # noqa: E402  (the example lengths, as the runs compute them)
+
+SCHEMES = ("learned", "none", "rope", "alibi")
+LONGEST_TRAINED = {"copy": 6, "reverse": 6, "sort": 6, "add": 3}  # L: each task trains at 1..L
+CONFIGS = ROOT / "configs" / "lengths"
+TEXT_CONTEXT, TEXT_LENGTH, TEXT_WINDOWS = 64, 256, 400
+# (name, the run's positions, eval flags): how each text model is read, past its trained length or not.
+TEXT_READINGS = (
+    ("learned", "learned", ["--length", str(TEXT_CONTEXT)]),
+    ("rope", "rope", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
+    ("rope linear:4", "rope", ["--length", str(TEXT_LENGTH), "--rope-scaling", "linear:4"]),
+    ("rope yarn:4", "rope", ["--length", str(TEXT_LENGTH), "--rope-scaling", "yarn:4"]),
+    ("none", "none", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
+    ("alibi", "alibi", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
+)
+QUICK = ["--steps", "20"]  # --quick: every run this short
+QUICK_TASK = ["--set", "train.task_held_out=100"]  # and evaluated on fewer examples
+QUICK_WINDOWS = 8
+PRINTING = threading.Lock()
+
+
+def shown(path: Path) -> str:
+    """A path as the printed commands write it: relative to the checkout, where they run."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def minigpt(*args: str) -> str:
+    """Run `minigpt ARGS` from the checkout, printed first as a learner would type it; its stdout."""
+    with PRINTING:
+        print(f"$ {shlex.join(['minigpt', *args])}", flush=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "minigpt", *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"length_generalisation: `minigpt {shlex.join(args)}` failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def newer(result: Path, run: Path) -> bool:
+    checkpoint = run / "checkpoint.pt"
+    return result.exists() and checkpoint.exists() and result.stat().st_mtime >= checkpoint.stat().st_mtime
+
+
+def trained(run: Path, config: Path, settings: list[str], results: list[Path]) -> float:
+    """Train `run`, or finish it (--resume), unless every result read from it is saved and newer
+    than its checkpoint; the seconds its training took, over every call (kept in the run folder)."""
+    spent = run / "train-seconds.txt"
+    if not all(newer(r, run) for r in results):
+        began = time.perf_counter()
+        again = ["--resume"] if (run / "checkpoint.pt").exists() else ["--force"] if run.exists() else []
+        minigpt("train", "-c", shown(config), *settings, "--out", shown(run), "--quiet", *again)
+        before = float(spent.read_text()) if again == ["--resume"] and spent.exists() else 0.0
+        spent.write_text(f"{before + time.perf_counter() - began:.1f}\n")
+    return float(spent.read_text()) if spent.exists() else 0.0
+
+
+def evaluated(run: Path, saved: Path, args: list[str]) -> tuple[dict, float]:
+    """`minigpt eval --run RUN ARGS --json`, kept in `saved` (read back when newer than the run)."""
+    if newer(saved, run):
+        return json.loads(saved.read_text(encoding="utf-8")), 0.0
+    began = time.perf_counter()
+    report = json.loads(minigpt("eval", "--run", shown(run), *args, "--json"))
+    part = saved.with_suffix(".part")
+    part.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    part.replace(saved)  # never a half-written result
+    return report, time.perf_counter() - began
+
+
+# ---------------------------------------------------------------- 1. tasks
+
+
+def task_cell(out: Path, task: str, scheme: str, extra: list[str]) -> dict:
+    """One task with one position scheme: trained at 1..L, read at 1..2L."""
+    longest = LONGEST_TRAINED[task]
+    settings = ["--set", f"model.positions={scheme}"]
+    if scheme == "learned":  # a row for every position of the longest test example
+        settings += ["--set", f"model.context={Task(task, 2 * longest).window}"]
+    run, config = out / f"{task}-{scheme}", CONFIGS / f"{task}.toml"
+    saved = run / "task-lengths.json"
+    seconds = trained(run, config, settings + extra, [saved])
+    reading = ["--task-length", f"1-{2 * longest}"] + ([] if scheme == "learned" else ["--extrapolate"])
+    report, eval_seconds = evaluated(run, saved, reading)
+    return {
+        "task": task,
+        "positions": scheme,
+        "longest_trained": longest,
+        "context": report["context"],
+        "accuracy": {row["length"]: row["accuracy"] for row in report["lengths"]},
+        "examples": {row["length"]: row["examples"] for row in report["lengths"]},
+        "train_seconds": round(seconds, 1),
+        "eval_seconds": round(eval_seconds, 1),
+        "commands": [
+            shlex.join(["minigpt", "train", "-c", shown(config), *settings, "--out", shown(run)]),
+            shlex.join(["minigpt", "eval", "--run", shown(run), *reading]),
+        ],
+    }
+
+
+def task_tables(cells: list[dict]) -> list[str]:
+    """Markdown: a summary row per task and scheme, then every length of each task."""
+    lines = [
+        "| task | positions | mean 1..L | at L | at L+1 | at L+2 | mean L+1..2L | at 2L |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        acc, L = {int(k): v for k, v in c["accuracy"].items()}, c["longest_trained"]
+        inside = sum(acc[n] for n in range(1, L + 1)) / L
+        past = sum(acc[n] for n in range(L + 1, 2 * L + 1)) / L
+        lines.append(
+            f"| {c['task']} (L = {L}) | {c['positions']} | {100 * inside:.1f}% | {100 * acc[L]:.1f}% | "
+            f"{100 * acc[L + 1]:.1f}% | {100 * acc[L + 2]:.1f}% | {100 * past:.1f}% | {100 * acc[2 * L]:.1f}% |"
+        )
+    for task in dict.fromkeys(c["task"] for c in cells):
+        rows = [c for c in cells if c["task"] == task]
+        lengths = sorted(int(n) for n in rows[0]["accuracy"])
+        L = rows[0]["longest_trained"]
+        head = [f"**{n}**" if n <= L else str(n) for n in lengths]
+        lines += ["", f"{task}, exact match (%) at each length (trained lengths in bold):", ""]
+        lines += [f"| positions | {' | '.join(head)} |", "|---|" + "---|" * len(lengths)]
+        for c in rows:
+            acc = {int(k): v for k, v in c["accuracy"].items()}
+            lines.append(f"| {c['positions']} | " + " | ".join(f"{100 * acc[n]:.0f}" for n in lengths) + " |")
+    return lines
+
+
+def task_figure(cells: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(c["task"] for c in cells))
+    figure, axes = plt.subplots(1, len(tasks), figsize=(3.3 * len(tasks), 3.3), sharey=True, squeeze=False)
+    for axis, task in zip(axes[0], tasks):
+        longest = LONGEST_TRAINED[task]
+        axis.axvspan(0.5, longest + 0.5, color="0.92", lw=0)
+        axis.text(longest / 2 + 0.5, 4, "trained", ha="center", color="0.45", fontsize=8)
+        for c in (c for c in cells if c["task"] == task):
+            acc = {int(k): v for k, v in c["accuracy"].items()}
+            axis.plot(sorted(acc), [100 * acc[n] for n in sorted(acc)], marker=".", label=c["positions"])
+        unit = "digits per number" if task == "add" else "letters"
+        axis.set(title=task, xlabel=f"length ({unit})", xlim=(0.5, 2 * longest + 0.5), ylim=(-3, 103))
+    axes[0][0].set_ylabel("exact match (%)")
+    axes[0][-1].legend(title="positions", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------- 2. text
+
+
+def saved_reading(run: Path, name: str) -> Path:
+    return run / f"by-position-{name.replace(' ', '-').replace(':', '')}.json"
+
+
+def text_cell(out: Path, scheme: str, extra: list[str], windows: int) -> list[dict]:
+    """One text model: trained at TEXT_CONTEXT, then each of its readings by position."""
+    run, config = out / f"text-{scheme}", CONFIGS / "shakespeare.toml"
+    readings = [(name, flags) for name, positions, flags in TEXT_READINGS if positions == scheme]
+    seconds = trained(
+        run, config, ["--set", f"model.positions={scheme}", *extra], [saved_reading(run, name) for name, _ in readings]
+    )
+    cells = []
+    for name, flags in readings:
+        args = ["--data", shown(ROOT / "data" / "tinyshakespeare.txt"), "--by-position", *flags]
+        report, eval_seconds = evaluated(run, saved_reading(run, name), [*args, "--windows", str(windows)])
+        cells.append(
+            {
+                "reading": name,
+                "positions": scheme,
+                "trained_length": report["trained_length"],
+                "length": report["length"],
+                "windows": report["windows"],
+                "mean_inside": report["mean_inside"],
+                "mean_past": report["mean_past"],
+                "nats": [p["nats"] for p in report["positions"]],
+                "train_seconds": round(seconds, 1),
+                "eval_seconds": round(eval_seconds, 1),
+                "commands": [
+                    shlex.join(
+                        ["minigpt", "train", "-c", shown(config), "--set", f"model.positions={scheme}"]
+                        + ["--out", shown(run)]
+                    ),
+                    shlex.join(["minigpt", "eval", "--run", shown(run), *args]),
+                ],
+            }
+        )
+    return cells
+
+
+def text_table(cells: list[dict]) -> list[str]:
+    lines = [
+        f"| read as | mean loss at 0..{TEXT_CONTEXT - 1} (nats) | at {TEXT_CONTEXT}..{TEXT_LENGTH - 1} | "
+        "past - inside |",
+        "|---|---|---|---|",
+    ]
+    for c in cells:
+        past = "(its table ends)" if c["mean_past"] is None else f"{c['mean_past']:.3f}"
+        rise = "" if c["mean_past"] is None else f"{c['mean_past'] - c['mean_inside']:+.3f}"
+        lines.append(f"| {c['reading']} | {c['mean_inside']:.3f} | {past} | {rise} |")
+    return lines
+
+
+def text_figure(cells: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8.5, 3.6))
+    for c in cells:
+        nats = c["nats"]
+        near = [nats[max(0, i - 3) : i + 4] for i in range(len(nats))]
+        axis.plot(range(len(nats)), [sum(n) / len(n) for n in near], label=c["reading"], lw=1.2)
+    axis.axvline(TEXT_CONTEXT, color="0.5", ls="--", lw=1)
+    axis.set(xlabel="position in the window", ylabel="loss (nats, mean of 7 positions)", title="Tiny Shakespeare")
+    axis.text(TEXT_CONTEXT + 2, axis.get_ylim()[1], "trained length", va="top", color="0.4", fontsize=8)
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------- the whole
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        names = [
+            line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="run folders and results (default runs/lengths, or -quick)")
+    parser.add_argument("--quick", action="store_true", help="20 steps a run: proves every kind of cell runs")
+    parser.add_argument("--only", default="", help="comma-separated parts: copy, reverse, sort, add, text")
+    parser.add_argument("--jobs", type=int, default=2, help="cells at once, each on cores/jobs threads (default 2)")
+    parser.add_argument("--again", action="store_true", help="nothing trained or read: results from those saved")
+    parser.add_argument("--force", action="store_true", help="delete the out folder first and start over")
+    args = parser.parse_args()
+    out = args.out or ROOT / "runs" / ("lengths-quick" if args.quick else "lengths")
+    parts = [p.strip() for p in args.only.split(",") if p.strip()] or [*LONGEST_TRAINED, "text"]
+    unknown = [p for p in parts if p not in (*LONGEST_TRAINED, "text")]
+    if unknown or args.jobs < 1:
+        raise SystemExit(
+            f"length_generalisation: --only {unknown[0]!r} is not a part (copy, reverse, sort, add, text)"
+            if unknown
+            else "length_generalisation: --jobs must be at least 1"
+        )
+    if args.force and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    extra = QUICK if args.quick else []
+    if args.jobs > 1:  # the runs share the cores
+        extra = [*extra, "--set", f"train.threads={max(1, (os.cpu_count() or 1) // args.jobs)}"]
+    windows = QUICK_WINDOWS if args.quick else TEXT_WINDOWS
+    results_file = out / "results.json"
+    before = json.loads(results_file.read_text(encoding="utf-8")) if results_file.exists() else {}
+    tasks, text = before.get("tasks", []), before.get("text", [])
+    began = time.perf_counter()
+
+    if not args.again:
+        chosen = [t for t in LONGEST_TRAINED if t in parts]
+        for task in chosen:
+            print(f"# {task}: trained at 1-{LONGEST_TRAINED[task]}, read at 1-{2 * LONGEST_TRAINED[task]}")
+        if "text" in parts:
+            print(f"# Tiny Shakespeare: trained at {TEXT_CONTEXT} tokens, read at {TEXT_LENGTH}")
+        with ThreadPoolExecutor(args.jobs) as pool:
+            task_jobs = [
+                pool.submit(task_cell, out, task, scheme, extra + (QUICK_TASK if args.quick else []))
+                for task in chosen
+                for scheme in SCHEMES
+            ]
+            text_jobs = [pool.submit(text_cell, out, s, extra, windows) for s in SCHEMES] if "text" in parts else []
+            tasks = [c for c in tasks if c["task"] not in chosen] + [job.result() for job in task_jobs]
+            if text_jobs:
+                names = [name for name, *_ in TEXT_READINGS]
+                text = sorted((c for job in text_jobs for c in job.result()), key=lambda c: names.index(c["reading"]))
+
+    order = {t: i for i, t in enumerate(LONGEST_TRAINED)}
+    tasks.sort(key=lambda c: (order[c["task"]], SCHEMES.index(c["positions"])))
+    wall = time.perf_counter() - began
+    results = {
+        "paper": "Kazemnejad et al. 2023, arXiv 2305.19466",
+        "quick": args.quick,
+        "jobs": args.jobs,
+        "machine": machine(),
+        "wall_seconds_this_call": round(wall, 1),
+        "tasks": tasks,
+        "text": text,
+    }
+    results_file.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    table = ["## Exact match by length (held-out examples)", "", *task_tables(tasks)]
+    if text:
+        table += ["", "## Tiny Shakespeare: loss by position", "", *text_table(text)]
+    (out / "results.md").write_text("\n".join(table) + "\n", encoding="utf-8")
+    figures = out if args.quick or args.out else ROOT / "docs"
+    try:
+        if tasks:
+            task_figure(tasks, figures / "length-generalisation.png")
+        if text:
+            text_figure(text, figures / "length-generalisation-text.png")
+    except ImportError:
+        print("length_generalisation: no figures: matplotlib is missing (pip install -e '.[plot]')")
+    print("\n" + "\n".join(table))
+    print(f"\nwrote {shown(out / 'results.md')} and results.json, figures in {shown(figures)}; {wall:.0f} s this call")
+
+
+if __name__ == "__main__":
+    main()
