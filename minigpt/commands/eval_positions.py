@@ -11,7 +11,7 @@ import typer
 
 from ..api import PositionLosses
 from ..errors import MinigptError, parameter
-from .common import say, shown_path
+from .common import read_past_because, say, shown_path
 from .options import EvalOptions
 
 EVERY_POSITION = 64  # up to this many positions, one row each; beyond, rows of a few positions
@@ -57,7 +57,7 @@ def main(run, o: EvalOptions) -> None:
     else:
         typer.echo("\n".join(text_table(result, str(o.data), run.model.cfg.positions)))
     if result.length > result.trained_length:
-        how = f"rope scaling {result.rope_scaling}" if result.rope_scaling else "--extrapolate"
+        how = read_past_because(result.rope_scaling)
         say(
             f"minigpt: note: read past the trained length ({how}): windows of {result.length} tokens, and the "
             f"model was trained on at most {result.trained_length}"

@@ -12,7 +12,7 @@ import sys
 
 from .. import api
 from ..errors import MinigptError
-from .common import opened, user_errors
+from .common import opened, read_past_because, user_errors
 from .options import SampleOptions
 
 
@@ -64,7 +64,7 @@ def _note_past(run, results) -> None:
     followed came from positions it never trained on."""
     past = max((r for r in results if r.past_trained_length), key=lambda r: r.longest_read, default=None)
     if past is not None:
-        how = f"rope scaling {run.model.rope_scaling}" if run.model.rope_scaling is not None else "--extrapolate"
+        how = read_past_because(run.model.rope_scaling)
         sys.stderr.write(
             f"minigpt: note: read past the trained length ({how}): up to {past.longest_read} tokens at once, "
             f"and the model was trained on at most {past.trained_length}\n"

@@ -12,7 +12,7 @@ from ..api import Comparison, Trace
 from ..errors import MinigptError, parameter
 from ..inspection.trace_text import check_digits, render_comparison, render_feed, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
-from .common import compare_run_given, opened, say, shown_path, user_errors
+from .common import compare_run_given, opened, read_past_because, say, shown_path, user_errors
 from .options import TraceOptions
 
 
@@ -96,7 +96,7 @@ def _note_past(run, result: Trace) -> None:
     """One line on stderr when the traced position lies past the length the model was trained at
     (its --json says so too): what it shows there comes from positions the model never trained on."""
     if result.past_trained_length:
-        how = f"rope scaling {run.model.rope_scaling}" if run.model.rope_scaling is not None else "--extrapolate"
+        how = read_past_because(run.model.rope_scaling)
         say(
             f"minigpt: note: traced past the trained length ({how}): position {result.position} of "
             f"{len(result.ids)} tokens, and the model was trained on at most {result.trained_length}"

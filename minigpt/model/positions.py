@@ -160,12 +160,6 @@ def _llama3(inv_freq: Tensor, s: RopeScaling, original: int) -> Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-def rotate_half(x: Tensor) -> Tensor:
-    """[x1, x2] -> [-x2, x1] over the last axis: each pair (j, j + d/2) turned a quarter."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 class Rotary:
     """One model's rotation tables, shared by its blocks: cos and sin [positions, d] (each pair's
     angle repeated in both halves), computed once per length, device and dtype. `scaling` is a
