@@ -123,7 +123,18 @@ class ModelConfig:
         "rope's base: dimension pair i of a head rotates at rope_theta^(-2i/d) radians a position",
         positive=True,
     )
-    residual: bool = _spec(True, "the skip connections: x + sublayer(...) (false: x = sublayer(...) alone)")
+    residual: bool | str = _spec(
+        True,
+        "the skip connections: x + sublayer(...) (false: x = sublayer(...) alone; attention: Attention "
+        "Residuals, each sublayer reads a learned softmax mix of the embedding and every earlier sublayer's output)",
+        choices=(True, False, "attention"),
+    )
+    attention_residual_blocks: int = _spec(
+        0,
+        'with residual = "attention": 0 mixes every earlier sublayer output (full Attention Residuals); N mixes '
+        "the embedding and N block sums (Block AttnRes: the sublayers split into N equal blocks, summed inside each)",
+        minimum=0,
+    )
     exercise: str = _spec(
         "none",
         "a learner's module in place of minigpt's (minigpt exercise): rmsnorm or layernorm at every norm, ffn "
@@ -134,7 +145,7 @@ class ModelConfig:
 
 # [model] keys added after checkpoints were first written: one stored without them was trained with
 # their defaults, which is what every earlier model computed.
-LATER_MODEL_KEYS = ("positions", "residual", "exercise", "rope_theta")
+LATER_MODEL_KEYS = ("positions", "residual", "exercise", "rope_theta", "attention_residual_blocks")
 # The same for [train]: a run trained before tasks existed trained on text, task = "none".
 LATER_TRAIN_KEYS = (
     "task",
@@ -255,9 +266,14 @@ class TrainConfig:
     )
     threads: int = _spec(
         0,
-        "CPU threads for torch in every command (0: one per core for training, one for "
-        "sampling a single sample and for trace)",
+        "CPU threads for torch in every command (0: one per core for training, fixed for the whole run, "
+        "which a resume continues at; one for sampling a single sample and for trace)",
         minimum=0,
+    )
+    adaptive_threads: bool = _spec(
+        False,
+        "with threads = 0: time thread counts before and during training and switch to the fastest (faster "
+        "when another program keeps a core busy); gives up bitwise equality between runs and across a resume",
     )
     tensorboard: bool = _spec(
         False, "also write the logged values as TensorBoard event files in the run folder (the tensorboard extra)"
@@ -374,10 +390,17 @@ def _check_value(section: str, key: str, value: Any, where: str | Phrase) -> Any
         return _check_paths(section, key, value, where)
     cls = SECTIONS[section]
     spec = {f.name: f for f in fields(cls)}[key]
-    kind = {"int": int, "float": float, "bool": bool, "str": str}[spec.type]
     meta = spec.metadata
     literal = _toml_value(value) if isinstance(value, (bool, int, float, str)) else repr(value)
     shown = f"[{section}] {key} = {literal}"
+    if spec.type == "bool | str":  # a switch with a third, named setting: residual = true | false | "attention"
+        if not isinstance(value, (bool, str)) or value not in meta["choices"]:
+            allowed = ", ".join(_toml_value(choice) for choice in meta["choices"])
+            raise ConfigError(
+                "{where}: {shown} is not allowed; choose one of: {allowed}", where=where, shown=shown, allowed=allowed
+            )
+        return value
+    kind = {"int": int, "float": float, "bool": bool, "str": str}[spec.type]
     ok = (
         isinstance(value, bool)
         if kind is bool
@@ -511,6 +534,33 @@ def _cross_checks(cfg: Config) -> None:
             exercise=m.exercise,
             positions=m.positions,
         )
+    if m.residual == "attention" and m.norm_position == "post":
+        raise ConfigError(
+            '{where}: [model] residual = "attention" with norm_position = "post" is refused: Attention Residuals '
+            "mixes the sublayers' outputs before each sublayer's own norm (pre-norm), and a post-norm block has no "
+            'such place; use norm_position = "pre" with it',
+            where=where,
+        )
+    if m.attention_residual_blocks and m.residual != "attention":
+        raise ConfigError(
+            "{where}: [model] attention_residual_blocks = {value} is given with residual = {residual}; it splits "
+            'Attention Residuals into blocks, so set residual = "attention" with it, or leave it at 0',
+            where=where,
+            value=m.attention_residual_blocks,
+            residual=_toml_value(m.residual),
+        )
+    layers = m.n_layer * (2 if m.ffn_hidden > 0 else 1)  # every attention and every FFN is one layer
+    if m.attention_residual_blocks and layers % m.attention_residual_blocks:
+        raise ConfigError(
+            "{where}: [model] attention_residual_blocks = {value} does not divide the model's {layers} layers "
+            "(n_layer = {n_layer} blocks, each an attention{ffn}); choose a divisor of {layers}, or 0 for one "
+            "block per layer (full Attention Residuals)",
+            where=where,
+            value=m.attention_residual_blocks,
+            layers=layers,
+            n_layer=m.n_layer,
+            ffn=" and an FFN" if m.ffn_hidden > 0 else "",
+        )
     if m.norm == "none" and m.norm_position == "post":
         raise ConfigError(
             '{where}: [model] norm = "none" with norm_position = "post" is refused: without norms there is '
@@ -548,6 +598,14 @@ def _cross_checks(cfg: Config) -> None:
             where=where,
             length=tr.task_length,
             given=_toml_value(tr.task_lengths),
+        )
+    if tr.adaptive_threads and tr.threads:
+        raise ConfigError(
+            "{where}: [train] adaptive_threads = true with threads = {threads} is refused: adaptive_threads times "
+            "the thread count and switches it, threads = {threads} fixes it; set threads = 0 with it, or "
+            "adaptive_threads = false",
+            where=where,
+            threads=tr.threads,
         )
     if tr.lora_rank:
         _check_lora(cfg)

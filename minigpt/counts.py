@@ -163,22 +163,43 @@ def ffn_widen(cfg: ModelConfig) -> int:
     return 2 if cfg.activation == "swiglu" else 1
 
 
+def depth_reads(cfg: ModelConfig) -> list[int]:
+    """Attention Residuals (`[model] residual = "attention"`, model/depth.py): how many sources each
+    read over depth weighs, in the pass's order (every sublayer's read, then the final norm's): the
+    embedding, each finished group's sum, and its own group's sum so far once it has one. Empty for
+    a model with a residual stream, or without one."""
+    if cfg.residual != "attention":
+        return []
+    layers = cfg.n_layer * (2 if cfg.ffn_hidden else 1)
+    per_group = layers // (cfg.attention_residual_blocks or layers)
+    reads = []
+    for done in range(layers + 1):  # the layers computed before each read
+        finished, partial = divmod(done, per_group)
+        reads.append(1 + finished + (1 if partial else 0))
+    return reads
+
+
 def parameter_counts(cfg: ModelConfig, vocab_size: int) -> Counts:
-    """MiniGPT(cfg, vocab_size)'s parameters by part, from the shapes model.py gives each layer."""
+    """MiniGPT(cfg, vocab_size)'s parameters by part, from the shapes model.py gives each layer;
+    with Attention Residuals, each sublayer's pseudo-query (D) and the final norm's."""
     bias = 1 if cfg.bias else 0
     norm, norm_says = norm_formula(cfg)
-    block = [Part("norm1", norm, norm_says)] if norm.terms else []
+    depth = cfg.residual == "attention"
+    block = [Part("depth1.query", Formula.of(D=1), "attention's read over depth")] if depth else []
+    block += [Part("norm1", norm, norm_says)] if norm.terms else []
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         block.append(Part(f"attention.{name}", Formula.of(DD=1, D=bias)))
     if cfg.ffn_hidden:  # ffn_hidden = 0: no norm2 and no FFN at all
         widen = ffn_widen(cfg)
+        block += [Part("depth2.query", Formula.of(D=1), "the FFN's read over depth")] if depth else []
         block += [Part("norm2", norm, norm_says)] if norm.terms else []
         block.append(Part("ffn.W1", Formula.of(DF=widen, F=widen * bias), "gate and value" if widen == 2 else ""))
         block.append(Part("ffn.W2", Formula.of(DF=1, D=bias)))
     before = [Part("token_table", Formula.of(VD=1))]
     if cfg.positions == "learned":
         before.append(Part("position_table", Formula.of(contextD=1)))
-    after = [Part("final_norm", norm, norm_says)] if norm.terms else []
+    after = [Part("final_depth.query", Formula.of(D=1), "the final norm's read over depth")] if depth else []
+    after += [Part("final_norm", norm, norm_says)] if norm.terms else []
     tied = cfg.tie_embeddings
     after.append(Part("head", Formula() if tied else Formula.of(VD=1), "tied: token_table" if tied else ""))
     return Counts(sizes_of(cfg, vocab_size), tuple(before), tuple(block), cfg.n_layer, tuple(after))

@@ -24,6 +24,13 @@ def parameter_count(cfg: ModelConfig, vocab_size: int) -> int:
     return parameter_counts(cfg, vocab_size).total
 
 
+def width_rows(residual: bool | str) -> int:
+    """The width-sized rows a block holds per position, about: the stream, norms, q, k, v, attention,
+    residuals (12); with Attention Residuals two more, the normed key of each sublayer's output,
+    which every later read over depth reads (model/depth.py)."""
+    return 12 + (2 if residual == "attention" else 0)
+
+
 def forward_bytes(cfg: ModelConfig, vocab_size: int, positions: int, batch: int = 1, recorded: bool = False) -> int:
     """About what one forward pass over `positions` positions holds at once: per block and
     position the width-sized rows (stream, norms, q, k, v, attention, residuals) and the FFN's
@@ -31,7 +38,7 @@ def forward_bytes(cfg: ModelConfig, vocab_size: int, positions: int, batch: int 
     trace): every block's stages are kept to the end, not only the current block's."""
     C, F = cfg.n_embd, cfg.ffn_hidden
     widen = 2 if cfg.activation == "swiglu" else 1
-    per_block = 12 * C + (widen + 1) * F + 2 * cfg.n_head * positions
+    per_block = width_rows(cfg.residual) * C + (widen + 1) * F + 2 * cfg.n_head * positions
     blocks = cfg.n_layer if recorded else 1
     return batch * positions * (blocks * per_block + 2 * vocab_size) * DTYPE_BYTES[cfg.dtype]
 
@@ -79,7 +86,7 @@ def training_memory(
     `recompute`: each block's input kept, and one block's activations at a time."""
     width = DTYPE_BYTES[cfg.dtype]
     hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
-    block = 12 * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context
+    block = width_rows(cfg.residual) * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context
     kept = cfg.n_layer * cfg.n_embd + block if recompute else cfg.n_layer * block
     per_position = kept + 3 * vocab_size
     activations = batch_size * cfg.context * per_position * width

@@ -333,3 +333,15 @@ def serving(run_dir: Path, *flags: str):
             raise
         assert process.returncode == 0 and "Traceback" not in stderr, stderr
         assert "minigpt explore: stopped" in stderr
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test, as the tiny config trains (threads = 1): tiny matmuls only
+    lose from a second thread. A module asks for it with pytestmark = usefixtures("one_thread")."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

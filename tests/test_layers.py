@@ -44,6 +44,7 @@ COMMANDS_MAY_USE = {
     "inspection.why_text",
     "inspection.counting_text",
     "inspection.plot",
+    "inspection.sweep_plot",
     *BASE,
 }
 
@@ -304,7 +305,7 @@ def test_every_parameter_a_library_message_names_is_a_flag_and_an_api_argument()
     flags = {opt for c in commands(typer.main.get_command(app)) for p in c.params for opt in p.opts + p.secondary_opts}
     arguments = {
         name
-        for function in [api.train, api.load, api.export, api.import_hf, api.import_nanogpt]
+        for function in [api.train, api.sweep, api.load, api.export, api.import_hf, api.import_nanogpt]
         + [
             getattr(api.Run, m)
             for m in ("sample", "samples", "trace", "feed", "attribute", "patch", "eval", "export")

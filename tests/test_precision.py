@@ -14,14 +14,8 @@ from minigpt.text.corpus import load_corpus
 from minigpt.training.session import build
 from minigpt.training.trainer import Trainer, evaluate
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """As the tiny config says (threads = 1): tiny matmuls only lose from a second thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# As the tiny config says (threads = 1): tiny matmuls only lose from a second thread (conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def trained(config, precision: str, steps: int = 80):

@@ -1,5 +1,6 @@
-"""[train] threads = 0: the thread count chosen by timing (threads.py). Timings here are given, never
-measured, so nothing depends on how busy the machine running the tests is."""
+"""[train] threads = 0: one thread per core, fixed for the run; with adaptive_threads = true, the
+count chosen by timing (threads.py). Timings here are given, never measured, so nothing depends on
+how busy the machine running the tests is. (tests/test_reproducible.py kills a default run.)"""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import dataclasses
 import pytest
 import torch
 
+from minigpt import device
 from minigpt.api import train
-from minigpt.config import load_config
+from minigpt.config import ConfigError, load_config
 from minigpt.model.gpt import MiniGPT
 from minigpt.training import session as session_module
 from minigpt.training import threads
+from minigpt.training import trainer as trainer_module
 from minigpt.training.events import Listener
 
 
@@ -107,13 +110,65 @@ def test_on_fewer_threads_the_watch_asks_again_after_a_while():
 @pytest.fixture
 def two_cores(monkeypatch):
     """A 2-core machine whatever runs the tests, and a probe whose verdict is given."""
-    monkeypatch.setattr(session_module, "default_threads", lambda: 2)
+    for module in (device, session_module, trainer_module):
+        monkeypatch.setattr(module, "default_threads", lambda: 2)
     was = torch.get_num_threads()
     yield
     torch.set_num_threads(was)
 
 
-def test_threads_zero_trains_at_the_chosen_count_and_a_resume_continues_at_it(
+def test_threads_zero_trains_on_every_core_fixed_and_records_the_count(tiny_config, tmp_path, monkeypatch, two_cores):
+    monkeypatch.setattr(threads, "choose", lambda *a: pytest.fail("threads = 0 alone is never timed"))
+    monkeypatch.setattr(trainer_module, "Watch", lambda *a: pytest.fail("threads = 0 alone is never watched"))
+    torch.set_num_threads(1)  # as after a single sample: training goes back to every core
+    out = tmp_path / "run"
+    result = train(config=tiny_config, out=out, steps=4, set={"train.threads": 0}, progress=False)
+    assert result.step == 4 and torch.get_num_threads() == 2
+    payload = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert payload["threads"] == 2 and payload["choices"]["threads"] == 2
+
+
+def test_a_resume_where_there_are_other_cores_continues_at_the_recorded_count_and_says_so(
+    tiny_config, tmp_path, monkeypatch, two_cores
+):
+    out = tmp_path / "run"
+    settings = {"train.threads": 0, "train.checkpoint_interval": 2}
+
+    class Crash(Listener):  # the process dies after step 3, its last checkpoint at step 2 (2 threads)
+        def on_step(self, event):
+            if event.step == 3:
+                raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config=tiny_config, out=out, steps=6, set=settings, progress=False, listeners=[Crash()])
+    for module in (device, session_module, trainer_module):  # resumed on a 4-core machine
+        monkeypatch.setattr(module, "default_threads", lambda: 4)
+    seen = []
+    train(
+        config=tiny_config,
+        out=out,
+        steps=6,
+        set=settings,
+        resume=True,
+        progress=False,
+        on_start=lambda session: seen.append((torch.get_num_threads(), session.notes)),
+    )
+    ((count, notes),) = seen
+    assert count == 2
+    assert (
+        "note: continuing on the 2 threads this run trained at (one per core here: 4), so that it computes "
+        "what the run would have; set train.threads=4 to trade that for speed" in notes
+    )
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["threads"] == 2
+
+
+def test_adaptive_threads_with_a_fixed_count_is_refused(tiny_config, tmp_path):
+    with pytest.raises(ConfigError, match=r"adaptive_threads = true with threads = 1 is refused"):
+        train(config=tiny_config, out=tmp_path / "run", steps=2, set={"train.adaptive_threads": True}, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_adaptive_threads_trains_at_the_chosen_count_and_a_resume_continues_at_it(
     tiny_config, tmp_path, monkeypatch, two_cores
 ):
     chosen = []
@@ -125,7 +180,7 @@ def test_threads_zero_trains_at_the_chosen_count_and_a_resume_continues_at_it(
 
     monkeypatch.setattr(threads, "choose", choose)
     out = tmp_path / "run"
-    settings = {"train.threads": 0, "train.checkpoint_interval": 2}
+    settings = {"train.threads": 0, "train.adaptive_threads": True, "train.checkpoint_interval": 2}
 
     class Crash(Listener):  # the process dies after step 3, its last checkpoint at step 2
         def on_step(self, event):
@@ -143,6 +198,32 @@ def test_threads_zero_trains_at_the_chosen_count_and_a_resume_continues_at_it(
     torch.set_num_threads(2)
     train(config=tiny_config, out=out, steps=6, set=settings, resume=True, progress=False)
     assert torch.get_num_threads() == 1
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["threads"] == 1
+
+
+def test_adaptive_threads_times_again_when_the_watch_asks_and_records_the_new_count(
+    tiny_config, tmp_path, monkeypatch, two_cores
+):
+    counts = iter([2, 1])  # the first choice, then the one after the watch asks
+
+    def choose(model, batch, precision, cores):
+        count = next(counts)
+        torch.set_num_threads(count)
+        return count
+
+    ran = []  # the count each step ran at
+
+    class Asks(threads.Watch):  # steps slowed down: after the third, it asks
+        def due(self, step_seconds):
+            ran.append(torch.get_num_threads())
+            return len(ran) == 3
+
+    monkeypatch.setattr(threads, "choose", choose)
+    monkeypatch.setattr(trainer_module, "Watch", Asks)
+    out = tmp_path / "run"
+    settings = {"train.threads": 0, "train.adaptive_threads": True}
+    train(config=tiny_config, out=out, steps=6, set=settings, progress=False)
+    assert ran == [2, 2, 2, 1, 1, 1]
     assert torch.load(out / "checkpoint.pt", weights_only=False)["threads"] == 1
 
 

@@ -17,6 +17,8 @@
     run.export("safetensors", "out/")                   # or "hf": a GPT-2 folder transformers loads
     minigpt.api.import_hf("gpt2/", "runs/gpt2")         # a GPT-2 folder (or import_nanogpt) as a run
     minigpt.api.metrics("runs/mine")                    # the metrics log: training and evaluation records
+    minigpt.sweep(["model.n_layer=2,4"], "runs/depth")  # a run per grid cell, resumable (sweep.py)
+    minigpt.api.read_sweep("runs/depth").rows()         # its table: losses, divergence, wall time, optimizer
 
 Refusals are `MinigptError`s with the messages the command line prints (parameters named as the
 arguments here, where the command line names its flags); nothing here prints or exits. The command
@@ -40,6 +42,7 @@ from ..training.trainer import DivergedError, TrainResult, WriteFailed, estimate
 from .interchange import export, import_hf, import_nanogpt
 from .reading import metrics, read_prompt
 from .run import SAMPLE_SETTINGS, Run, load
+from .sweep import Sweep, read_sweep, sweep
 from .training import train
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "RefusedElsewhere",
     "Run",
     "Scores",
+    "Sweep",
     "Trace",
     "TrainResult",
     "WriteFailed",
@@ -65,6 +69,8 @@ __all__ = [
     "load",
     "metrics",
     "read_prompt",
+    "read_sweep",
     "speaks",
+    "sweep",
     "train",
 ]

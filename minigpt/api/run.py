@@ -366,9 +366,10 @@ class Run:
         """The traced position's logit for `answer` (a token's text, "#ID" or an id), minus
         `versus`'s, as the sum of what each part wrote into the residual stream: the token and
         position rows, each block's heads (each through its slice of W_O) and W_O's bias, each
-        block's FFN and the final norm's bias, all through the final norm with this pass's scale.
-        The parts sum to the pass's own logit (`error`: by how much they miss it). Interventions
-        as in `trace`, whose modified pass is then the one split."""
+        block's FFN and the final norm's bias, all through the final norm with this pass's scale
+        (with residual = "attention", each times its source's weight in the final norm's read over
+        depth: `Part.weight`). The parts sum to the pass's own logit (`error`: by how much they
+        miss it). Interventions as in `trace`, whose modified pass is then the one split."""
         if answer is None:
             raise MinigptError("give the token to attribute: {answer} TOKEN (its text, or #ID)")
         changes = _changes(scale, (), ablate_head, set_input)
@@ -487,7 +488,9 @@ class Run:
         put back at a time, and how much of the clean logit difference (`answer` minus `versus` at
         the last position) each restores: 0 is the corrupt run's, 1 the clean run's. The prompts
         are texts or lists of token ids. `by` "stage":
-        every block's input, attention, residual1, ffn and output at each position; "head": each
+        every block's input, attention, residual1, ffn and output at each position (with
+        residual = "attention": the embedding, each block's read1, attention, read2 and ffn, and
+        the final norm's final_read); "head": each
         head's output at every position at once and at each position alone. The prompts must have
         the same number of tokens."""
         for value, name in ((clean, "clean"), (corrupt, "corrupt"), (answer, "answer"), (versus, "versus")):

@@ -14,7 +14,7 @@ from ..config import Config, load_config
 from ..device import keep_freed_memory
 from ..errors import MinigptError
 from ..training import distributed
-from ..training.events import Listener
+from ..training.events import Listener, StepDone
 from ..training.listeners import CheckpointSaver, run_folder_listeners
 from ..training.progress import preparation, training_progress
 from ..training.session import Session, TrainingSession
@@ -41,6 +41,7 @@ def train(
     listeners: Sequence[Listener] = (),
     on_start: Callable[[Session], None] | None = None,
     preparing: Callable[[str], AbstractContextManager] | None = None,
+    stop_when: Callable[[StepDone], bool] | None = None,
 ) -> TrainResult:
     """Train a run: `config` (default: the shipped configs/default.toml) with `set` overrides, on
     `data` (a text file, a folder of *.txt files, a list of them, or a .jsonl file of prompt/completion
@@ -51,7 +52,9 @@ def train(
     (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
-    checked, before the first step (the command prints its summary there). Interrupting (Ctrl-C, a
+    checked, before the first step (the command prints its summary there); `stop_when(step_done)`,
+    asked after every step, ends training at that step when it says True, as an interruption does
+    (a sweep's rule for a loss that explodes). Interrupting (Ctrl-C, a
     notebook's stop button, or SIGTERM) finishes the step, saves a checkpoint and returns with
     `stopped`; `resume=True` continues. After a SIGTERM the process ignores SIGTERM (the copies a
     scheduler and torchrun send of that one request), so it ends on its own. Returns the
@@ -103,6 +106,8 @@ def train(
             # so the other ranks stop with rank 0 instead of waiting for it at the first step.
             writers = distributed.agree(s.world, lambda: run_folder_listeners(s, saver, sample_shown if bar else None))
             trainer = Trainer(s, [*writers, *([bar] if bar else []), *listeners])
+            if stop_when is not None:
+                trainer.listeners.append(_StopWhen(stop_when, trainer.request_stop))
             interrupts.stop_with(trainer.request_stop)
             result = trainer.run()
             if result.stopped and s.world.distributed:
@@ -127,6 +132,17 @@ def train(
             run_dir=s.cfg.run_dir,
         )
     return result
+
+
+class _StopWhen(Listener):
+    """Asks `stop_when` after every step, and stops training at the first step it says True of."""
+
+    def __init__(self, stop_when: Callable[[StepDone], bool], request_stop: Callable[[], None]):
+        self.stop_when, self.request_stop = stop_when, request_stop
+
+    def on_step(self, event: StepDone) -> None:
+        if self.stop_when(event):
+            self.request_stop()
 
 
 class _Interrupts:

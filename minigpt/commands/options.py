@@ -166,14 +166,13 @@ class ConfigAndRun(ConfigFile):
 
 
 # The config keys `train` and `sample` take as flags, after -c (and --run).
-TrainKeys = config_flags(
+TRAIN_FLAG_KEYS = ("data", "task", "task_length", "out", "steps", "init_from", "init_checkpoint", "exercise_file")
+TrainKeys = config_flags(ModelConfig, ("exercise",), after=config_flags(TrainConfig, TRAIN_FLAG_KEYS, after=ConfigFile))
+# `sweep` takes train's flags for every cell, but not its --out: a sweep's is the folder of the cells.
+SweepKeys = config_flags(
     ModelConfig,
     ("exercise",),
-    after=config_flags(
-        TrainConfig,
-        ("data", "task", "task_length", "out", "steps", "init_from", "init_checkpoint", "exercise_file"),
-        after=ConfigFile,
-    ),
+    after=config_flags(TrainConfig, tuple(k for k in TRAIN_FLAG_KEYS if k != "out"), after=ConfigFile),
 )
 SampleKeys = config_flags(SampleConfig, after=ConfigAndRun)  # every [sample] key
 
@@ -191,6 +190,47 @@ class TrainOptions(TrainKeys):
     ] = False
     force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or summaries (for scripts).")] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepOptions(SweepKeys):
+    """Train a grid of runs, one after another, each an ordinary run folder under --out named from its
+    values (n_layer=8,norm_position=post), then print a table: final and best validation loss, where
+    a cell diverged, wall time, the optimizer auto chose. Every cell takes train's flags.
+
+    A cell diverges when a step's loss or gradient is not finite (train's guard), or when a step's
+    training loss explodes: above 2 x ln V (V: the tokenizer's vocabulary), twice the loss of a
+    uniform guess, where training starts. It stops there, its run folder intact.
+
+    Rerunning the same command continues: finished cells are skipped, an interrupted one resumes;
+    with nothing left to train it prints the table. Ctrl-C stops inside a cell as train does.
+    """
+
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid",
+            metavar="KEY=V1,V2,...",
+            help="A config key and the values the cells take, e.g. model.n_layer=2,4,8 (a TOML array after = for "
+            "values with commas). Repeatable: the cells are every combination.",
+        ),
+    ] = None
+    seeds: Annotated[
+        int | None,
+        typer.Option(
+            "--seeds",
+            metavar="K",
+            help="Also train each cell with K seeds: train.seed, train.seed + 1, ..., as a last grid key.",
+        ),
+    ] = None
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="The sweep's folder: a run folder per cell, sweep.toml, base.toml and sweep.jsonl."),
+    ]
+    overrides: SetOption = None
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bars or lines per cell; the table alone.")
+    ] = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,7 +439,8 @@ class PatchOptions(Options):
         str,
         typer.Option(
             "--by",
-            help="stage: every block's input, attention, residual1, ffn and output at each position; "
+            help="stage: every block's input, attention, residual1, ffn and output at each position (residual "
+            "= attention: the embedding, each block's read1, attention, read2 and ffn, and final_read); "
             "head: every head, at all positions and at each.",
         ),
     ] = "stage"
@@ -511,13 +552,30 @@ class ExportOptions(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class PlotOptions(Options):
-    """Training loss, validation loss and validation bits/byte of one or several runs, overlaid."""
+    """Training loss, validation loss and validation bits/byte of one or several runs, overlaid. Given
+    a sweep's folder: a metric of its cells against one grid key, a line per value of the others."""
 
-    runs: Annotated[list[Path], typer.Argument(help="Run folders to overlay.")]
+    runs: Annotated[list[Path], typer.Argument(help="Run folders to overlay, or one sweep folder.")]
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="PNG to write (needs matplotlib); without it, a text plot.")
     ] = None
     x: Annotated[str, typer.Option("--x", help="step, or time (seconds of training).")] = "step"
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="A sweep's: final (validation loss, the default), best, diverged_at (the step) or wall (seconds).",
+        ),
+    ] = None
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            metavar="KEY",
+            help="A sweep's grid key along x (default: the first); a line per value of the other keys, the mean "
+            "over seeds with each seed a point.",
+        ),
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -636,6 +694,7 @@ class ExerciseCheckOptions(Options):
 # A name of two words is a subcommand ("import hf"): the first word groups them.
 COMMANDS: dict[str, tuple[type[Options], str]] = {
     "train": (TrainOptions, "train"),
+    "sweep": (SweepOptions, "sweep"),
     "sample": (SampleOptions, "sample"),
     "trace": (TraceOptions, "trace"),
     "patch": (PatchOptions, "patch"),

@@ -166,7 +166,14 @@ const runsCompared = () => compared() && Boolean(S.data.compared_run);
 const interventionsSet = () => (compared() && S.data.interventions.length ? `set: ${S.data.interventions.join("; ")}` : "");
 const shown = () => (compared() ? S.data.after : S.data);
 const before = () => (compared() ? S.data.before : null);
-const stageOrder = (block) => ["input", ...Object.keys(block.stages)];
+// Attention Residuals has no input row past block 0 (each sublayer reads its own mix over depth): null there.
+const stageOrder = (block) => [...(block.input ? ["input"] : []), ...Object.keys(block.stages)];
+// The stage a view shows in this block: the one asked for where the block has it, else its output, else
+// (Attention Residuals, whose blocks leave no output row) its last stage.
+function stageIn(block, name) {
+  const order = stageOrder(block);
+  return order.includes(name) ? name : order.includes("output") ? "output" : order[order.length - 1];
+}
 const rowOf = (tr, b, name) => (name === "input" ? tr.blocks[b].input.row : tr.blocks[b].stages[name]);
 const normOf = (pass, b, name) => S.data.views.norms[pass].blocks[b][name];
 const differs = (a, b) => a.length !== b.length || a.some((v, i) => v !== b[i]);
@@ -205,6 +212,7 @@ function render() {
     renderTokens();
     renderStrip();
     renderDiagram();
+    renderDepth();
     renderRow();
     renderAttention();
     renderStream();
@@ -301,8 +309,8 @@ function renderStrip() {
 }
 
 function select(view) {
-  S.view = view;
-  keepingFocus(() => { renderStrip(); renderDiagram(); renderRow(); renderAttention(); renderStream(); renderLens(); renderControls(); renderGradient(); });
+  S.view = view.kind === "block" ? { ...view, stage: stageIn(shown().blocks[S.block], view.stage) } : view;
+  keepingFocus(() => { renderStrip(); renderDiagram(); renderDepth(); renderRow(); renderAttention(); renderStream(); renderLens(); renderControls(); renderGradient(); });
 }
 
 // Figure 17.1 laid on its side: the residual stream along the top, each sublayer's branch below
@@ -321,7 +329,10 @@ function renderDiagram() {
   const W = Math.max(300, $("diagram").clientWidth || 600), cols = order.length, colW = W / cols;
   // rope and alibi: positions enter inside attention, said under its box ("rotate Q, K", "bias on the scores")
   const inside = S.model.positions_enter.at === "attention" ? S.model.positions_enter : null;
-  const boxW = Math.min(112, colW - 10), boxH = 40, top = 6, low = 78, H = low + boxH + 8 + (inside ? 14 : 0);
+  // Attention Residuals: read1 and read2 mix over depth, said under their boxes; no add, so no branch row
+  const depth = S.model.depth, mixes = (name) => (depth && depth.at.includes(name) ? depth : null);
+  const boxW = Math.min(112, colW - 10), boxH = 40, top = 6, low = 78;
+  const H = (depth && !branch.size ? top : low) + boxH + 8 + (inside || depth ? 14 : 0);
   const x = (i) => i * colW + (colW - boxW) / 2;
   const y = (name) => (branch.has(name) ? low : top);
   const svg = document.createElementNS(NS, "svg");
@@ -364,22 +375,82 @@ function renderDiagram() {
     const norm = normOf("after", b, name);
     const positions = inside && name === "attention" ? inside : null;
     if (positions) g.setAttribute("data-positions", positions.label);
+    const mix = mixes(name), read = mix ? block.depth.find((r) => r.stage.endsWith(`.depth_weights${name.slice(-1)}`)) : null;
+    if (mix) g.setAttribute("data-depth", mix.label);
+    const note = positions || mix;
     g.setAttribute("aria-label", `block ${b} ${name}, norm ${Draw.short(norm)}${isChanged ? ", changed" : ""}` +
-      (patchedHere(b, name) ? ", where the patch puts the clean value" : "") + (positions ? `, ${positions.label}` : ""));
+      (patchedHere(b, name) ? ", where the patch puts the clean value" : "") + (note ? `, ${note.label}` : ""));
     const label = (name in adds ? "+ " : "") + name;
     const size = boxW < 88 ? 11 : 12;
     g.innerHTML = `<rect x="${x(i)}" y="${y(name)}" width="${boxW}" height="${boxH}" rx="5"/>` +
       `<text x="${x(i) + boxW / 2}" y="${y(name) + 16}" text-anchor="middle" style="font-size:${size}px">${esc(label)}</text>` +
       `<text class="norm" x="${x(i) + boxW / 2}" y="${y(name) + 31}" text-anchor="middle">${isChanged ? "\u0394 " : ""}\u2016x\u2016 ${Draw.short(norm)}</text>` +
-      (positions ? `<text class="positions" x="${x(i) + boxW / 2}" y="${y(name) + boxH + 12}" text-anchor="middle">${esc(positions.label)}</text>` : "") +
+      (note ? `<text class="positions" x="${x(i) + boxW / 2}" y="${y(name) + boxH + 12}" text-anchor="middle">${esc(note.label)}</text>` : "") +
       `<title>${esc(name)}: shape ${JSON.stringify(name === "input" ? block.input.shape : block.shapes[name])}` +
-      `${positions ? ` · ${esc(positions.about)}` : ""}</title>`;
+      `${note ? ` · ${esc(note.about)}` : ""}` +
+      `${read ? ` · layer ${read.layer} (${esc(read.reader)}) reads ${read.sources.map((src, k) => `${esc(src)} ${Draw.short(read.weights[k])}`).join(", ")}` : ""}</title>`;
     const choose = () => select({ kind: "block", stage: name });
     g.addEventListener("click", choose);
     g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); focusStage(name); } });
     svg.appendChild(g);
   });
   $("diagram").replaceChildren(svg);
+}
+
+// Attention Residuals: every read's depth weights at the traced position (the trace's own numbers), a
+// row of small bars per layer, one bar per source (its height the weight; they sum to 1); the selected
+// block's reads outlined, and with a comparison the before pass's weight marked on each bar.
+function renderDepth() {
+  const box = $("depth");
+  if (!S.model.depth) { box.hidden = true; box.replaceChildren(); return; }
+  box.hidden = false;
+  const reads = (t) => [...t.blocks.flatMap((block) => block.depth), t.final_depth];
+  const now = reads(shown()), was = before() ? reads(before()) : null, p = shown().position;
+  const head = Draw.span(`depth weights at position ${p}: each sublayer's softmax over the embedding and the earlier ` +
+    "outputs it reads, a bar per source (they sum to 1); click a row for its read", "facts");
+  const rows = now.map((read, k) => {
+    const old = was && was[k] && was[k].sources.join() === read.sources.join() ? was[k] : null;
+    const final = read.reader === "final_norm";
+    const block = final ? null : Number(read.stage.split(".")[1]);
+    const row = document.createElement("div");
+    const selected = S.view.kind === "final" ? final : !final && block === S.block;
+    row.className = "depth-row" + (selected ? " selected" : "");
+    row.dataset.layer = read.layer;
+    row.dataset.stage = read.stage;
+    row.tabIndex = 0;
+    row.setAttribute("role", "button");
+    const bars = document.createElement("div");
+    bars.className = "depth-bars";
+    read.weights.forEach((w, i) => {
+      const bar = document.createElement("div");
+      bar.className = "depth-bar";
+      bar.dataset.source = read.sources[i];
+      bar.dataset.weight = w;
+      const fill = document.createElement("div");
+      fill.className = "fill";
+      fill.style.height = `${100 * w}%`; // drawn length only: the number is the server's
+      bar.appendChild(fill);
+      if (old) {
+        const mark = document.createElement("div");
+        mark.className = "was";
+        mark.style.bottom = `${100 * old.weights[i]}%`;
+        bar.appendChild(mark);
+      }
+      bar.title = `layer ${read.layer} (${read.reader}) reads ${read.sources[i]}: weight ${w}` + (old ? ` (before ${old.weights[i]})` : "");
+      bars.appendChild(bar);
+    });
+    const label = final ? "final norm" : `${read.layer} ${read.reader}`;
+    row.append(Draw.span(label, "label"), bars, Draw.span(`\u03a3 ${Draw.short(read.total)}`, "sum"));
+    const choose = () => {
+      if (final) { select({ kind: "final" }); return; }
+      S.block = block;
+      select({ kind: "block", stage: read.stage.endsWith("1") ? "read1" : "read2" });
+    };
+    row.addEventListener("click", choose);
+    row.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); choose(); } });
+    return row;
+  });
+  box.replaceChildren(head, ...rows);
 }
 
 function focusStage(name) {
@@ -408,10 +479,12 @@ function renderRow() {
   } else if (v.kind === "final") {
     title = `final norm at position ${p}: what the head reads`;
     lines = pair("final_norm", (t) => t.final_norm.row);
+    // Attention Residuals: the mix over depth the final norm reads, first
+    if (tr.final_read) lines = [...pair("final_read", (t) => t.final_read.row).map(([l, r]) => [old ? `${l} read` : l, r]), ...lines];
     facts = `shape ${JSON.stringify(tr.final_norm.shape)} · \u2016row\u2016 ${Draw.short(S.data.views.norms.after.final_norm)}` +
       (old ? ` (before ${Draw.short(S.data.views.norms.before.final_norm)})` : "");
   } else {
-    const name = v.stage in tr.blocks[b].stages || v.stage === "input" ? v.stage : "output";
+    const name = stageIn(tr.blocks[b], v.stage);
     S.view.stage = name;
     const block = tr.blocks[b];
     title = `block ${b} · ${name} at position ${p} (${S.data.views.traced_token})`;
@@ -576,7 +649,9 @@ function renderStream() {
   key.className = "key";
   key.textContent = runsCompared() ? `solid: this run · dashed: the compared run ${S.data.compared_run} · orange points: changed` :
     compared() ? "solid: after the intervention · dashed: before · orange points: changed" :
+    S.model.depth ? "every row at the traced position: no stream (Attention Residuals), read1 and read2 are each sublayer's mix over depth" :
     "each block's input, residual adds and output, at the traced position";
+  $("stream-title").textContent = S.model.depth ? "Norm of each row" : "Norm of the residual stream";
   $("stream").replaceChildren(svg, key);
 }
 
@@ -591,7 +666,8 @@ function renderGradient() {
   const box = $("gradient"), g = shown().gradient, old = before() && before().gradient;
   if (!S.grad || !g) { box.replaceChildren(); return; }
   const order = stageOrder(shown().blocks[0]);
-  const norm = (grad, b, name) => (name === "input" ? grad.blocks[b].input : grad.blocks[b].stages[name]).norm;
+  // Attention Residuals: no input row past block 0 (null: an empty cell)
+  const norm = (grad, b, name) => { const e = name === "input" ? grad.blocks[b].input : grad.blocks[b].stages[name]; return e ? e.norm : null; };
   const values = g.blocks.flatMap((_, b) => order.map((name) => norm(g, b, name))).filter((v) => v > 0);
   const low = Math.log(Math.min(...values)), high = Math.log(Math.max(...values));
   const facts = document.createElement("div");
@@ -615,6 +691,7 @@ function renderGradient() {
     row.appendChild(th);
     g.blocks.forEach((block, b) => {
       const v = norm(g, b, name), td = row.insertCell();
+      if (v === null) return;
       const t = v > 0 && high > low ? (Math.log(v) - low) / (high - low) : v > 0 ? 1 : 0;
       td.style.background = Draw.css(Draw.sequential(t));
       td.style.color = t > 0.55 ? "#fff" : "#1d232b";
@@ -1029,8 +1106,13 @@ function renderControls() {
     heads.appendChild(t);
   }
   const replace = document.createElement("label");
-  replace.innerHTML = `<input type="checkbox" id="replace" ${e.replace.has(b) ? "checked" : ""}> replace instead of add (broken)`;
-  replace.querySelector("input").addEventListener("change", (ev) => { ev.target.checked ? e.replace.add(b) : e.replace.delete(b); trace(); });
+  if (m.depth) { // Attention Residuals adds to no stream: nothing to replace, said in the library's words
+    replace.className = "facts";
+    replace.textContent = m.refused_replacing;
+  } else {
+    replace.innerHTML = `<input type="checkbox" id="replace" ${e.replace.has(b) ? "checked" : ""}> replace instead of add (broken)`;
+    replace.querySelector("input").addEventListener("change", (ev) => { ev.target.checked ? e.replace.add(b) : e.replace.delete(b); trace(); });
+  }
   const title = Draw.span(`block ${b}`, "facts");
   const all = document.createElement("div");
   all.className = "row2";
@@ -1089,7 +1171,8 @@ async function start() {
     `${m.ffn_hidden ? `FFN ${m.ffn_hidden}` : "no FFN"}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ` +
     `${m.positions === "none" ? "no position table, " : m.positions === "learned" ? "" : `${m.positions} positions, `}` +
     `${m.window === null ? "read past its context on purpose, " : m.window !== m.context ? `reads ${m.window} tokens (rope scaling), ` : ""}` +
-    `${m.residual === false ? "no residual, " : ""}${m.vocab_size} tokens · ` +
+    `${m.residual === false ? "no residual, " : ""}` +
+    `${m.depth ? `Attention Residuals${m.depth.per_group > 1 ? ` in ${m.depth.groups} groups` : ""}, ` : ""}${m.vocab_size} tokens · ` +
     (m.trained_on ? `trained on ${m.trained_on} · ` : "");
   $("about").appendChild(timing);
   $("prompt").value = m.prompt;

@@ -33,9 +33,11 @@ from ..api import SAMPLE_SETTINGS, Run
 from ..config import SampleConfig, updated
 from ..device import use_threads
 from ..errors import MinigptError, parameter
+from ..inspection import interventions as edits
 from ..inspection.attribution import check_decomposable, check_patch_attributable, resolve_token
+from ..inspection.depth_reads import model_readers
 from ..inspection.interventions import ReplaceResidual
-from ..inspection.patching import PATCHED_STAGES
+from ..inspection.patching import patched_stages
 from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
 from ..inspection.trace_text import positions_note, show_token
 from ..model import stages
@@ -62,6 +64,8 @@ class Explorer:
             **self.run.model.architecture(),
             # where positions enter, for the diagram: the input (a learned table), attention (rope, alibi) or nowhere
             "positions_enter": positions_enter(self.run.model.architecture()),
+            # Attention Residuals: where each sublayer mixes over depth (null: a residual stream or none)
+            "depth": depth_mixing(self.run.model.architecture()),
             # the longest text the model reads as the server was started (null: any, --extrapolate)
             "window": self.run.model.window,
             "writable": min(self.run.tokenizer.vocab_size, self.run.model.vocab_size),
@@ -69,6 +73,8 @@ class Explorer:
             # the order of the stages the page reads from the trace's own `stages`, in computation order
             "residual_adds": stages.residual_adds(**stages.of(cfg), residual=cfg.residual),
             "scalable": [stage for stage in stages.SCALABLE if stage != stages.FFN or cfg.ffn_hidden > 0],
+            # why the page's "replace instead of add" has nothing to replace, in the library's words (null: it has)
+            "refused_replacing": _refusal(lambda: edits.check([ReplaceResidual(None)], self.run.model)),
             # The page's sampling controls start where `minigpt sample` starts for this run.
             "sample": asdict(s),
             "bars": BARS,
@@ -82,7 +88,7 @@ class Explorer:
                 # by the stage a patch puts back, at the positions it puts it back (null: the sum stays exact)
                 "refused_patching": {
                     stage: _refusal(lambda stage=stage: check_patch_attributable(stage))
-                    for stage in (*PATCHED_STAGES, stages.HEADS)
+                    for stage in (*patched_stages(self.run.cfg.model), stages.HEADS)
                 },
             },
         }
@@ -275,6 +281,39 @@ def positions_enter(model: dict[str, Any]) -> dict[str, Any]:
     return {"at": None, "label": None, "about": about}
 
 
+def depth_mixing(model: dict[str, Any]) -> dict[str, Any] | None:
+    """Attention Residuals (`[model] residual = "attention"`), as the page's diagram draws it: `at`,
+    the stages that mix over depth (read1, read2); `label`, the few words drawn under them; `about`,
+    a sentence; `layers`, `groups` and `per_group`, how the sublayers are summed (groups of one: the
+    full form); `readers`, each read's layer, sublayer and sources (depth_reads.py). None for a
+    model with a residual stream, or without one."""
+    readers = model_readers(model)
+    if not readers:
+        return None
+    layers = len(readers) - 1
+    groups = model.get("attention_residual_blocks") or layers
+    per_group = layers // groups
+    grouped = (
+        "every earlier sublayer's output"
+        if per_group == 1
+        else f"the sums of {groups} groups of {per_group} sublayers (Block AttnRes)"
+    )
+    return {
+        "at": [stages.READ1, stages.READ2] if model["ffn_hidden"] > 0 else [stages.READ1],
+        "label": "mix over depth",
+        "about": (
+            f"Attention Residuals: each of the {layers} sublayers reads a softmax-weighted mix of the embedding and "
+            f"{grouped}, by a learned query of its own; the final norm reads one too"
+        ),
+        "layers": layers,
+        "groups": groups,
+        "per_group": per_group,
+        "readers": [
+            {"layer": r.layer, "reader": r.reader, "stage": r.weights, "sources": list(r.sources)} for r in readers
+        ],
+    }
+
+
 # ---------------------------------------------------------------- requests
 
 
@@ -413,8 +452,13 @@ def _norms(trace: Trace) -> dict[str, Any]:
         "token_row": row_norm(trace.input.token_row),
         "position_row": row_norm(trace.input.position_row) if trace.input.position_row is not None else None,
         "blocks": [
-            {"input": row_norm(block.input.row), **{name: row_norm(row) for name, row in block.stages.items()}}
+            {
+                # Attention Residuals: no one row enters a block past the first
+                **({} if block.input is None else {"input": row_norm(block.input.row)}),
+                **{name: row_norm(row) for name, row in block.stages.items()},
+            }
             for block in trace.blocks
         ],
+        **({} if trace.final_read is None else {"final_read": row_norm(trace.final_read.row)}),
         "final_norm": row_norm(trace.final_norm.row),
     }

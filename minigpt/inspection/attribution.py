@@ -21,6 +21,18 @@ says by how much.
 Every row comes from the trace's own recorded pass (trace.py), interventions included: an ablated
 head is a zero part, a scaled sublayer's parts are scaled, a replaced input row is one `input` part,
 a patch's clean ffn update or head is that part.
+
+With `[model] residual = "attention"` (Attention Residuals, model/depth.py) no stream is summed, but
+the final norm still reads a sum of the same parts: its input is the final query's mix over depth,
+
+    final_read = sum over sources k of alpha_k s_k      (alpha: this pass's final_depth_weights)
+
+where s_0 is the embedding (token row + position row) and every other source is the sum of the
+outputs of one block of layers (full form: one sublayer's output). Each part sits in exactly one
+source, so it contributes alpha_k s * (gamma * centred(part)) . w, with alpha_k its source's weight
+(`Part.weight`) and s the final norm's scale taken from final_read; the parts still sum to the logit.
+Like the ordinary attribution this is the direct path alone: what a part changed in the later
+layers' reads (and in alpha itself) is in those layers' parts, not in its own.
 """
 
 from __future__ import annotations
@@ -82,6 +94,15 @@ class Part:
 
     name: str  # token, position (or input), B.attention.headH, B.attention.bias, B.ffn, final_norm.bias
     value: float
+    # residual = "attention": the final read's weight of the source this part sits in (already in
+    # `value`); None in the ordinary residual stream, where every part counts once
+    weight: float | None = None
+
+    def as_dict(self) -> dict:
+        out = {"name": self.name, "value": self.value}
+        if self.weight is not None:
+            out["weight"] = self.weight
+        return out
 
 
 @dataclass
@@ -109,7 +130,7 @@ class Attribution:
             "total": self.total,
             "error": self.error,
             "scale": self.scale,
-            "parts": [{"name": part.name, "value": part.value} for part in self.parts],
+            "parts": [part.as_dict() for part in self.parts],
         }
 
 
@@ -123,7 +144,7 @@ def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = (
             "logits are not a sum of what each part wrote",
             given=model.cfg.norm_position,
         )
-    if not model.cfg.residual:
+    if model.cfg.residual is False:  # True: the stream; "attention": a mix over depth of the same parts
         raise MinigptError(
             "attribution needs the residual stream to reach the final norm as a sum of the parts; this model "
             "has no residual ([model] residual = false): each block's output is its last sublayer's alone, "
@@ -152,6 +173,12 @@ def check_patch_attributable(stage: str) -> None:
             "attribute another position, or patch the ffn or a head",
             stage=stage,
         )
+    if stage == stages.FINAL_READ:
+        raise MinigptError(
+            "attribution at a position where a patch puts back the clean prompt's final_read: the final norm "
+            "then reads the clean pass's mix, not this pass's parts weighted by its depth weights, which the "
+            "attribution splits; attribute another position, or patch a sublayer's ffn or a head"
+        )
     if stage == stages.ATTENTION:
         raise MinigptError(
             "attribution at a position where a patch puts back the clean prompt's attention update: it is "
@@ -169,13 +196,19 @@ def attribute(
     interventions: Sequence[Intervention] = (),
 ) -> Attribution:
     """Split `trace`'s logit for `token` at its position (minus `versus`'s) into the parts that wrote
-    the residual stream. `interventions` are those the trace's pass applied."""
+    the residual stream (Attention Residuals: the sources the final norm's read mixes, each part
+    weighted by its source's weight). `interventions` are those the trace's pass applied."""
     check_decomposable(model, interventions, trace.position)
     cfg, p, recorded = model.cfg, trace.position, trace.recorded
     last = len(model.blocks) - 1
     head = model.head.weight.detach().double()  # [V, C]
     direction = head[token] - (head[versus] if versus is not None else 0.0)  # w: [C]
-    stream = recorded[stages.block_name(last, stages.OUTPUT)][0, p].double()  # what enters the final norm
+    depth = cfg.residual == "attention"
+    # what enters the final norm: the stream after the last block, or (Attention Residuals) the final read
+    entering = stages.FINAL_READ if depth else stages.block_name(last, stages.OUTPUT)
+    stream = recorded[entering][0, p].double()
+    # the weight of each part's source in the final read (1 in the ordinary stream)
+    weigh = _source_weights(model, recorded, p) if depth else (lambda layer: None)
     norm = model.final_norm
     gain = norm.weight.detach().double() if norm.weight is not None else torch.ones_like(stream)
     if isinstance(norm, NoNorm):  # norm = "none": the final norm is the identity, scale 1, no centring
@@ -194,27 +227,34 @@ def attribute(
         def through_norm(row: torch.Tensor) -> float:
             return float(scale * (row * gain) @ direction)
 
+    def part(name: str, row: torch.Tensor, layer: int, factor: float = 1.0) -> Part:
+        """`row` (what layer `layer` wrote; 0: the embedding) through the final norm, times its
+        source's weight in the final read (Attention Residuals)."""
+        weight = weigh(layer)
+        value = factor * through_norm(row)
+        return Part(name, value if weight is None else weight * value, weight)
+
     parts: list[Part] = []
     if any(isinstance(item, SetInput) for item in interventions):  # the replaced row has no token/position split
-        parts.append(Part(stages.INPUT, through_norm(recorded[stages.INPUT][0, p].double())))
+        parts.append(part(stages.INPUT, recorded[stages.INPUT][0, p].double(), 0))
     else:
-        parts.append(Part("token", through_norm(model.token_table.weight.detach()[trace.ids[p]].double())))
+        parts.append(part("token", model.token_table.weight.detach()[trace.ids[p]].double(), 0))
         if cfg.positions == "learned":  # none, rope, alibi: no position row (rope, alibi: inside each head)
-            parts.append(Part("position", through_norm(model.position_table.weight.detach()[p].double())))
+            parts.append(part("position", model.position_table.weight.detach()[p].double(), 0))
     d = cfg.n_embd // cfg.n_head
+    sublayers = 2 if cfg.ffn_hidden > 0 else 1  # layers per block of the model: its attention, then its FFN
     for i, block in enumerate(model.blocks):
         factor = _attention_factor(interventions, i)
         mixed = recorded[stages.block_name(i, stages.HEADS)][0, :, p].double()  # [H, d], after any ablation
         out = block.attention.out
         W_O = out.weight.detach().double()  # [C, C] as [out, in]: head h reads columns h*d .. (h+1)*d - 1
+        layer = sublayers * i + 1  # block i's attention is layer 2i + 1 (i + 1 without FFNs), its FFN the next
         for h in range(cfg.n_head):
-            parts.append(
-                Part(f"{i}.attention.head{h}", factor * through_norm(mixed[h] @ W_O[:, h * d : (h + 1) * d].T))
-            )
+            parts.append(part(f"{i}.attention.head{h}", mixed[h] @ W_O[:, h * d : (h + 1) * d].T, layer, factor))
         if out.bias is not None:
-            parts.append(Part(f"{i}.attention.bias", factor * through_norm(out.bias.detach().double())))
+            parts.append(part(f"{i}.attention.bias", out.bias.detach().double(), layer, factor))
         if cfg.ffn_hidden > 0:  # ffn_hidden = 0: no ffn part
-            parts.append(Part(f"{i}.ffn", through_norm(recorded[stages.block_name(i, stages.FFN)][0, p].double())))
+            parts.append(part(f"{i}.ffn", recorded[stages.block_name(i, stages.FFN)][0, p].double(), layer + 1))
     if getattr(norm, "bias", None) is not None:
         parts.append(Part("final_norm.bias", float(norm.bias.detach().double() @ direction)))
     logits = recorded[stages.LOGITS][0, p].double()
@@ -231,6 +271,19 @@ def attribute(
         scale=scale,
         interventions=[str(item) for item in interventions],
     )
+
+
+def _source_weights(model: MiniGPT, recorded: dict[str, torch.Tensor], position: int):
+    """Attention Residuals: layer j (0: the embedding; 1, 2, ...: the sublayers in order) -> the
+    final read's weight at `position` of the source that holds its output: the embedding is source
+    0, and the layers fill sources 1, 2, ... `per_block` at a time (one each in the full form)."""
+    alpha = recorded[stages.FINAL_DEPTH_WEIGHTS][0, position].double().tolist()  # [S]
+    per_block = model.per_block
+
+    def weight(layer: int) -> float:
+        return alpha[0 if layer == 0 else (layer - 1) // per_block + 1]
+
+    return weight
 
 
 def _attention_factor(interventions: Sequence[Intervention], block: int) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..counts import MATRIX_TERMS, Counts, Formula, Part, parameter_counts
+from ..counts import MATRIX_TERMS, Counts, Formula, Part, depth_reads, parameter_counts
 from ..errors import MinigptError
 from ..memory import DTYPE_BYTES, TrainingMemory, lora_parameter_count, training_memory
 from ..model.flops import TRAINING_FLOPS, forward_counts
@@ -45,6 +45,8 @@ class Info:
     choices: dict[str, Any] | None
     asked: dict[str, Any]
     choices_step: int | None
+    # Attention Residuals: the sources each read over depth weighs (counts.depth_reads; empty: none)
+    depth_reads: tuple[int, ...] = ()
 
     # ------------------------------------------------------------ derived numbers
 
@@ -52,19 +54,43 @@ class Info:
     def positions(self) -> int:
         return self.arithmetic.sizes.T
 
+    def _kinds(self) -> dict[str, str]:
+        """The kinds of a block's parts, by their names' prefix; the depth queries only with
+        Attention Residuals."""
+        return {**_KINDS, **(_DEPTH if self.architecture.get("residual") == "attention" else {})}
+
     def block_shares(self) -> dict[str, float]:
         """Each kind of part's share of one block's parameters."""
         p, block = self.parameters, self.parameters.count(self.parameters.block_formula)
-        return {kind: p.count(p.group(prefix)) / block for kind, prefix in _KINDS.items()}
+        return {kind: p.count(p.group(prefix)) / block for kind, prefix in self._kinds().items()}
 
     def model_shares(self) -> dict[str, float]:
-        """Each kind's share of the whole model's parameters (the blocks' n_layer times over); the
-        rest is the tables, the final norm and the head."""
+        """Each kind's share of the whole model's parameters (the blocks' n_layer times over; the
+        depth queries with the final norm's); the rest is the tables, the final norm and the head."""
         p = self.parameters
-        shares = {kind: p.n_layer * p.count(p.group(prefix)) / p.total for kind, prefix in _KINDS.items()}
-        tables_and_head = sum(p.count(part) for part in (*p.before, *p.after) if part.name != "final_norm")
+        shares = {kind: p.n_layer * p.count(p.group(prefix)) / p.total for kind, prefix in self._kinds().items()}
+        own = ("final_norm", *_AFTER_DEPTH)  # not a table nor the head
+        tables_and_head = sum(p.count(part) for part in (*p.before, *p.after) if part.name not in own)
         shares["tables_and_head"] = tables_and_head / p.total
+        if "depth_queries" in shares:
+            final = sum(p.count(part) for part in p.after if part.name in _AFTER_DEPTH)
+            shares["depth_queries"] += final / p.total
         return shares
+
+    def depth_arithmetic(self) -> dict[str, Any] | None:
+        """Attention Residuals: its reads over depth (each sublayer's and the final norm's), the
+        sources they weigh in all, and their multiply-adds per token (2D a source: the query
+        against the source's key, and the source in the mix), the `depth.reads` part of the
+        arithmetic. None without Attention Residuals."""
+        reads = list(self.depth_reads)
+        if not reads:
+            return None
+        return {
+            "reads": len(reads),
+            "sources": sum(reads),
+            "sources_per_read": reads,
+            "multiply_adds": 2 * sum(reads) * self.arithmetic.sizes.D,
+        }
 
     def units(self) -> dict[str, float]:
         """c21's (Megatron-LM's) count: one block's forward FLOPs per token over D², the weight
@@ -131,6 +157,8 @@ class Info:
                 "flops_over_D2_per_block": self.units(),
                 # rope's rotation or ALiBi's bias, per token and block: elementwise, not in the counts
                 "positions_not_counted": self.positions_arithmetic(),
+                # Attention Residuals' reads over depth: counted, as the part depth.reads (null: none)
+                "depth_reads": self.depth_arithmetic(),
             },
             "memory": {
                 "estimate": True,
@@ -154,6 +182,8 @@ class Info:
 
 
 _KINDS = {"attention": "attention.", "ffn": "ffn.", "norms": "norm"}
+_DEPTH = {"depth_queries": "depth"}  # Attention Residuals: depth1.query, depth2.query
+_AFTER_DEPTH = ("final_depth.query",)
 
 
 def _counts_json(c: Counts) -> dict[str, Any]:
@@ -207,6 +237,7 @@ def describe(run_dir: Path, cfg: Config, model: MiniGPT, planned_optimizer: str,
         choices=choices,
         asked={key: getattr(tc, key) for key in CHOSEN},
         choices_step=step,
+        depth_reads=tuple(depth_reads(m)),
     )
 
 

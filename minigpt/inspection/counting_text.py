@@ -7,7 +7,7 @@ import textwrap
 from typing import Any
 
 from ..counts import MATRIX_TERMS, Counts, Formula, block_matrices
-from ..memory import DTYPE_BYTES
+from ..memory import DTYPE_BYTES, width_rows
 from ..model.flops import TRAINING_FLOPS
 from .counting import Info
 
@@ -34,6 +34,7 @@ def render_text(info: Info) -> str:
             3,
         ),
         *_positions_lines(info),
+        *_depth_lines(info),
         *_table(a, "mult-adds"),
         *_flops_lines(info),
         "",
@@ -50,6 +51,7 @@ def _switches(arch: dict[str, Any]) -> str:
         norm,
         f"{arch['activation']} FFN" if arch["ffn_hidden"] else "no FFN",
         "biases" if arch["bias"] else "no biases",
+        *_residual(arch),
         "head tied to token_table" if arch["tie_embeddings"] else "separate head",
         POSITIONS[arch["positions"]].format(**arch),
         arch["dtype"],
@@ -66,6 +68,14 @@ POSITIONS = {
 }
 
 
+def _residual(arch: dict[str, Any]) -> list[str]:
+    """Attention Residuals named in the summary (`[model] residual = "attention"`), full or in blocks."""
+    if arch["residual"] != "attention":
+        return []
+    blocks = arch.get("attention_residual_blocks", 0)
+    return [f"Attention Residuals ({f'Block AttnRes, {blocks} blocks' if blocks else 'full'})"]
+
+
 def _positions_lines(info: Info) -> list[str]:
     """rope's rotation or ALiBi's bias: what it computes per token and block, and that the table
     below leaves it out (elementwise, as the softmax)."""
@@ -79,6 +89,19 @@ def _positions_lines(info: Info) -> list[str]:
     )
     return _wrap(
         f"  ({extra['what']}, {amount} per token and block, is elementwise: not counted below, as the softmax is not)",
+        3,
+    )
+
+
+def _depth_lines(info: Info) -> list[str]:
+    """Attention Residuals: what its reads over depth compute per token, counted as depth.reads."""
+    depth = info.depth_arithmetic()
+    if depth is None:
+        return []
+    return _wrap(
+        f"  (Attention Residuals: {depth['reads']} reads over depth, each sublayer's and the final norm's, weigh "
+        f"{depth['sources']} sources in all; a read of S sources is S·D for its query against their keys and S·D "
+        f"for their mix, counted as depth.reads; the keys' RMS norm and the softmax are elementwise, not counted)",
         3,
     )
 
@@ -120,7 +143,8 @@ def _parameter_shares(info: Info) -> list[str]:
     lines = [f"  the total {same} num_parameters(), the model's own count"]
     lines += _wrap(
         f"  one block: attention {_percent(block['attention'])} ({p.group('attention.')}), "
-        f"FFN {_percent(block['ffn'])} ({p.group('ffn.') or 'none'}), norms {_percent(block['norms'])}",
+        f"FFN {_percent(block['ffn'])} ({p.group('ffn.') or 'none'}), norms {_percent(block['norms'])}"
+        + (f", depth queries {_percent(block['depth_queries'])}" if "depth_queries" in block else ""),
         4,
     )
     if p.sizes.F:
@@ -135,7 +159,9 @@ def _parameter_shares(info: Info) -> list[str]:
         )
     lines += _wrap(
         f"  the whole model: FFN {_percent(model['ffn'])}, attention {_percent(model['attention'])}, "
-        f"norms {_percent(model['norms'])}, tables and head {_percent(model['tables_and_head'])}",
+        f"norms {_percent(model['norms'])}, "
+        + (f"depth queries {_percent(model['depth_queries'])}, " if "depth_queries" in model else "")
+        + f"tables and head {_percent(model['tables_and_head'])}",
         4,
     )
     return lines
@@ -207,12 +233,13 @@ def _memory_lines(info: Info) -> list[str]:
             ("gradients", m.gradients, "one per parameter"),
             ("optimizer state", m.optimizer_state, state),
         ]
+    rows_kept = width_rows(info.architecture["residual"])
     rows.append(
         (
             "activations",
             m.activations,
-            "what the backward pass keeps: per block and position about 12 width-sized rows, 3 FFN-sized (5 with "
-            "SwiGLU) and the attention weights; the logits 3 times over",
+            f"what the backward pass keeps: per block and position about {rows_kept} width-sized rows, 3 FFN-sized (5 "
+            "with SwiGLU) and the attention weights; the logits 3 times over",
         )
     )
     rows.append(("total", m.total, ""))

@@ -12,6 +12,13 @@ the rest of the pass then carries (`input` includes the skip connections around 
 `norm = "none"`, `norm1` is read by attention alone). This is the lesson's question ("without
 residual connections, how much of the gradient reaches the bottom?") answered on a real model: the
 norm at block 0's input beside the norm at the last block's output.
+
+With `[model] residual = "attention"` (Attention Residuals) there is no stream between blocks: the
+block's own reads (`read1`, `read2`) have their gradients like any stage, what enters block 0 is the
+embedding (`input`, which every later read reads too), no one row enters a later block (its input
+is None, as in the trace), and the top of the stack is `final_read`, the final norm's input
+(`Gradient.final_read`). The depth weights are not rows of the stream (one weight per source), so,
+as in the trace's rows, they have no gradient here.
 """
 
 from __future__ import annotations
@@ -62,7 +69,9 @@ class StageGradient:
 @dataclass
 class BlockGradient:
     index: int
-    input: StageGradient  # what enters the block: `input` for block 0, else the previous block's output
+    # what enters the block: `input` for block 0, else the previous block's output; None where no
+    # one row does (Attention Residuals past block 0: each sublayer reads its own mix, read1, read2)
+    input: StageGradient | None
     stages: dict[str, StageGradient]  # stage name -> gradient, in the order the block computed them
 
 
@@ -75,6 +84,18 @@ class Gradient:
     input: StageGradient  # the model's input X = token row + position row
     blocks: list[BlockGradient]  # the shown blocks
     final_norm: StageGradient
+    # residual = "attention": the final norm's read over depth, the top of the stack (None otherwise)
+    final_read: StageGradient | None = None
+
+
+def entering(cfg, block: int) -> str | None:
+    """The stage that enters block `block`: `input` for block 0, else the block before's `output`;
+    None with Attention Residuals past block 0, which pass no stream from block to block."""
+    if block == 0:
+        return stages.INPUT
+    if cfg.residual == "attention":
+        return None
+    return stages.block_name(block - 1, stages.OUTPUT)
 
 
 def differentiate(
@@ -90,10 +111,10 @@ def differentiate(
     rows = {name: _at(recorder[name], grad, position) for name, grad in zip(names, found)}
     blocks = []
     for i in shown:
-        entering = stages.INPUT if i == 0 else stages.block_name(i - 1, stages.OUTPUT)
         head = stages.block_prefix(i) + "."
         inside = {name[len(head) :]: row for name, row in rows.items() if name.startswith(head)}
-        blocks.append(BlockGradient(i, rows[entering], inside))
+        name = entering(recorder.cfg, i)
+        blocks.append(BlockGradient(i, None if name is None else rows[name], inside))
     return Gradient(
         target=tokenizer.token_text(target.id),
         target_id=target.id,
@@ -102,14 +123,19 @@ def differentiate(
         input=rows[stages.INPUT],
         blocks=blocks,
         final_norm=rows[stages.FINAL_NORM],
+        final_read=rows.get(stages.FINAL_READ),
     )
 
 
 def _is_row(name: str) -> bool:
     """A stage whose rows are the trace's: not the attention weights, the heads, rope's rotated
-    queries and keys (a row per head) or the logits."""
+    queries and keys (a row per head), the depth weights (Attention Residuals: a weight per source)
+    or the logits."""
     last = name.rsplit(".", 1)[-1]
-    return last not in (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED, stages.LOGITS)
+    return last not in (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED, *DEPTH_WEIGHTS, stages.LOGITS)
+
+
+DEPTH_WEIGHTS = (stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2, stages.FINAL_DEPTH_WEIGHTS)
 
 
 def _at(value: torch.Tensor, grad: torch.Tensor | None, position: int) -> StageGradient:

@@ -187,6 +187,12 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
                     stage=item.stage,
                     factor=item.factor,
                 )
+        if isinstance(item, ReplaceResidual) and cfg.residual == "attention":
+            raise MinigptError(
+                '{replace_residual}: this model has no residual stream ([model] residual = "attention"): each '
+                "sublayer reads a learned mix of the embedding and the earlier sublayers' outputs, with no sum "
+                "to replace; scale a sublayer's output ({scale}) to change what every later read mixes"
+            )
         if isinstance(item, ReplaceResidual) and not cfg.residual:
             raise MinigptError(
                 "{replace_residual}: this model has no residual ([model] residual = false); each sum is already "
@@ -231,6 +237,12 @@ def _check_broadcast(item: BroadcastUpdate, cfg) -> None:
             "{broadcast_update} {block}.ffn: this model has no FFN ([model] ffn_hidden = 0); broadcast "
             "the attention update",
             block=_block(item.block),
+        )
+    if cfg.residual == "attention":
+        raise MinigptError(
+            '{broadcast_update}: this model has no residual add ([model] residual = "attention") to refuse the '
+            "broadcast: each sublayer's output is weighed by a mix over depth, not added to a stream; use a run "
+            "with the residual"
         )
     if not cfg.residual:
         raise MinigptError(
@@ -323,7 +335,8 @@ def _zero_head(head: int) -> Replacement:
 def put_back_name(block: int, stage: str) -> str:
     """The name a pass records block `block`'s `stage` under, which a patch reads from the clean
     pass and writes into the traced one: a block's input is the `input` entering block 0, else the
-    previous block's `output` (one tensor, as patching.Pass reads it)."""
+    previous block's `output` (one tensor, as patching.Pass reads it; Attention Residuals has none
+    past block 0, which _check_put_back refuses)."""
     if stage == stages.INPUT:
         return stages.INPUT if block == 0 else stages.block_name(block - 1, stages.OUTPUT)
     return stages.block_name(block, stage)
@@ -411,6 +424,13 @@ def _check_put_back(block: int, stage: str, position: int | None, head: int | No
             given=block,
             n_layer=cfg.n_layer,
             last=cfg.n_layer - 1,
+        )
+    if stage == stages.INPUT and block > 0 and cfg.residual == "attention":
+        raise MinigptError(
+            "the patch's stage input: block {given} of this model has no input row ([model] residual = "
+            '"attention": each sublayer reads its own mix over depth); patch block 0\'s input (the embedding), '
+            "a sublayer's output (attention, ffn) or a read (read1, read2)",
+            given=block,
         )
     if position is not None and not 0 <= position < length:
         raise MinigptError(

@@ -17,6 +17,15 @@ a patch that changes no row (the clean and corrupt rows are equal) leaves the co
 effect 0; a row after the last block's attention at an earlier position reaches nothing, effect 0;
 the metric is one function of the last position's final-norm input, so a patch that makes that row
 the clean run's gives exactly 1.
+
+With `[model] residual = "attention"` (Attention Residuals, model/depth.py) there is no stream to
+put back: `by="stage"` patches the embedding (`input`, block 0's row: every layer reads it), each
+block's depth reads (`read1`, `read2`: what its attention and its FFN read) and its sublayer outputs
+(`attention`, `ffn`: what later layers read), and the final norm's read (`final_read`, listed with
+the last block). The end points are the same: `final_read` at the last position is the final norm's
+input, so putting it back gives exactly 1, and a row before the first token the prompts differ in
+is equal in both, so putting it back gives exactly 0. A patched pass starts from the corrupt pass's
+recorded embedding and sublayer outputs (what the blocks before the patched one wrote).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from torch import Tensor
 from ..errors import MinigptError
 from ..model import stages
 from ..model.cache import KVCache, LayerCache
+from ..model.depth import Depth
 from ..model.gpt import MiniGPT
 from ..model.recorder import Recorder
 from ..text.tokenizer import TextTokenizer
@@ -41,6 +51,18 @@ BY = ("stage", "head")
 # The stages `by="stage"` patches, in the order a pre-norm block computes them: the stream entering
 # the block, the attention update, the stream after it, the FFN update, the stream leaving.
 PATCHED_STAGES = (stages.INPUT, stages.ATTENTION, stages.RESIDUAL1, stages.FFN, stages.OUTPUT)
+# With Attention Residuals (no stream): the embedding (block 0 only), each block's two reads over
+# depth and its two sublayer outputs, and the final norm's read (with the last block's index).
+DEPTH_PATCHED_STAGES = (stages.INPUT, stages.READ1, stages.ATTENTION, stages.READ2, stages.FFN, stages.FINAL_READ)
+# Stages whose row at a position reaches other positions only through a later block's attention:
+# in the last block, at a position before the last, they reach nothing.
+BEFORE_ATTENTION = (stages.INPUT, stages.READ1, stages.NORM1)
+
+
+def patched_stages(cfg) -> tuple[str, ...]:
+    """The stages `by="stage"` patches in a model of this [model] section, in the order swept."""
+    names = DEPTH_PATCHED_STAGES if cfg.residual == "attention" else PATCHED_STAGES
+    return tuple(s for s in names if cfg.ffn_hidden > 0 or s not in (stages.READ2, stages.FFN))
 
 
 @dataclass
@@ -57,8 +79,8 @@ class Prompt:
 class Effect:
     """One patch and how much of the clean logit difference it restores."""
 
-    block: int
-    stage: str  # input, attention, residual1, ffn, output; heads for a head's mixed values
+    block: int  # final_read (residual = "attention"): the last block's index, the block it follows
+    stage: str  # input, attention, residual1, ffn, output (read1, read2, final_read); heads for a head's mixed values
     position: int | None  # None: every position at once
     head: int | None
     effect: float
@@ -100,12 +122,32 @@ class Patch:
     head: int | None = None
 
 
-def sweep(n_layer: int, n_head: int, length: int, by: str, ffn: bool = True) -> list[Patch]:
-    """Every patch of one sweep, block by block (no `ffn` patches for a model without an FFN)."""
-    if by == "stage":
+def swept_stages(effects: list[Effect]) -> dict[str, list[int]]:
+    """The stages a `by="stage"` sweep patched, in the order swept, each with the blocks it was
+    patched in (Attention Residuals: `input` in block 0 alone, `final_read` with the last block)."""
+    found: dict[str, list[int]] = {}
+    for e in effects:
+        blocks = found.setdefault(e.stage, [])
+        if e.block not in blocks:
+            blocks.append(e.block)
+    return found
+
+
+def sweep(n_layer: int, n_head: int, length: int, by: str, ffn: bool = True, depth: bool = False) -> list[Patch]:
+    """Every patch of one sweep, block by block (no `ffn` patches for a model without an FFN).
+    `depth` (Attention Residuals): the embedding in block 0 alone, each block's reads and sublayer
+    outputs, then `final_read` after the last block."""
+    if by == "head":
+        return [
+            Patch(i, stages.HEADS, p, h) for i in range(n_layer) for h in range(n_head) for p in (None, *range(length))
+        ]
+    if not depth:
         names = [s for s in PATCHED_STAGES if ffn or s != stages.FFN]
         return [Patch(i, s, p) for i in range(n_layer) for s in names for p in range(length)]
-    return [Patch(i, stages.HEADS, p, h) for i in range(n_layer) for h in range(n_head) for p in (None, *range(length))]
+    inside = (stages.READ1, stages.ATTENTION, stages.READ2, stages.FFN) if ffn else (stages.READ1, stages.ATTENTION)
+    found = [Patch(0, stages.INPUT, p) for p in range(length)]
+    found += [Patch(i, s, p) for i in range(n_layer) for s in inside for p in range(length)]
+    return found + [Patch(n_layer - 1, stages.FINAL_READ, p) for p in range(length)]
 
 
 class Pass:
@@ -114,6 +156,7 @@ class Pass:
     def __init__(self, model: MiniGPT, ids: list[int]):
         self.ids = list(ids)
         n_layer, T = len(model.blocks), len(ids)
+        self.depth = model.cfg.residual == "attention"
         self.recorder = Recorder(model.cfg, kept_heads({}, model))
         self.keys, self.values = [], []
         cache = KVCache(n_layer, T)
@@ -121,13 +164,32 @@ class Pass:
         for layer in cache.layers:
             self.keys.append(layer.keys[:, :, :T])
             self.values.append(layer.values[:, :, :T])
-        self.final = self.recorder[stages.block_name(n_layer - 1, stages.OUTPUT)][0, -1]  # the final norm's input
+        # the final norm's input: the last block's output, or (Attention Residuals) the final read
+        entering = stages.FINAL_READ if self.depth else stages.block_name(n_layer - 1, stages.OUTPUT)
+        self.final = self.recorder[entering][0, -1]
 
     def stage(self, block: int, stage: str) -> Tensor:
-        """A block's stage at every position ([1, T, C]; heads [1, H, T, d]); `input` is what enters it."""
+        """A block's stage at every position ([1, T, C]; heads [1, H, T, d]); `input` is what enters
+        it (Attention Residuals: the embedding, block 0's), `final_read` the final norm's read."""
+        if stage in (stages.INPUT, stages.FINAL_READ) and (self.depth or block == 0):
+            return self.recorder[stage]
         if stage == stages.INPUT:
-            return self.recorder[stages.INPUT if block == 0 else stages.block_name(block - 1, stages.OUTPUT)]
+            return self.recorder[stages.block_name(block - 1, stages.OUTPUT)]
         return self.recorder[stages.block_name(block, stage)]
+
+    def depth_entering(
+        self, model: MiniGPT, block: int, start: int, batch: int, embedding: Tensor | None = None
+    ) -> Depth:
+        """Attention Residuals: what block `block` reads over depth, rows `start` on, `batch` times:
+        the embedding (or `embedding`, [batch, T - start, C]) and the outputs of the blocks before
+        it, added in the order the pass added them."""
+        rows = (slice(None), slice(start, None))
+        x = self.recorder[stages.INPUT][rows].expand(batch, -1, -1) if embedding is None else embedding
+        depth = Depth.start(x, model.per_block, model.cfg.norm_eps, model.layers)
+        for i in range(block):
+            for stage in (stages.ATTENTION, stages.FFN) if model.cfg.ffn_hidden > 0 else (stages.ATTENTION,):
+                depth = depth.add(self.recorder[stages.block_name(i, stage)][rows].expand(batch, -1, -1))
+        return depth
 
 
 def patch(
@@ -186,7 +248,14 @@ def patch(
             chosen = (
                 patches
                 if patches is not None
-                else sweep(len(model.blocks), model.cfg.n_head, len(clean), by, model.cfg.ffn_hidden > 0)
+                else sweep(
+                    len(model.blocks),
+                    model.cfg.n_head,
+                    len(clean),
+                    by,
+                    model.cfg.ffn_hidden > 0,
+                    model.cfg.residual == "attention",
+                )
             )
             finals = patched_finals(model, clean_pass, corrupt_pass, chosen)
             effects = [
@@ -218,8 +287,9 @@ def _changed_rows(model: MiniGPT, clean: Pass, corrupt: Pass, item: Patch, lengt
     """The positions whose row the patch changes and from which a change can reach the last
     position's final row; none: the patched run is the corrupt run."""
     positions = range(length) if item.position is None else [item.position]
-    after_attention = item.stage != stages.INPUT  # its row reaches other positions only through later blocks
-    if after_attention and item.block == len(model.blocks) - 1:
+    # its row reaches other positions only through later blocks (final_read: none; the final norm reads it row by row)
+    after_attention = item.stage not in BEFORE_ATTENTION
+    if after_attention and (item.block == len(model.blocks) - 1 or item.stage == stages.FINAL_READ):
         positions = [p for p in positions if p == length - 1]
     a, b = clean.stage(item.block, item.stage), corrupt.stage(item.block, item.stage)
     if item.stage == stages.HEADS:
@@ -231,9 +301,14 @@ def patched_finals(model: MiniGPT, clean: Pass, corrupt: Pass, chosen: list[Patc
     """The last position's final-norm input in each patched run (a patch that changes nothing: the
     corrupt pass's own row)."""
     length, last = len(corrupt.ids), len(model.blocks) - 1
-    # A block's output is the next block's input (the same tensor): patched once, read by both.
+    # A block's output is the next block's input (the same tensor): patched once, read by both. With
+    # Attention Residuals every block's `input` is the one embedding, block 0's.
     same = [
-        Patch(p.block + 1, stages.INPUT, p.position) if p.stage == stages.OUTPUT and p.block < last else p
+        Patch(p.block + 1, stages.INPUT, p.position)
+        if p.stage == stages.OUTPUT and p.block < last
+        else Patch(0, stages.INPUT, p.position)
+        if p.stage == stages.INPUT and corrupt.depth
+        else p
         for p in chosen
     ]
     unique = list(dict.fromkeys(same))
@@ -241,7 +316,9 @@ def patched_finals(model: MiniGPT, clean: Pass, corrupt: Pass, chosen: list[Patc
     by_block: dict[int, list[tuple[Patch, list[int]]]] = defaultdict(list)
     for item in unique:
         rows = _changed_rows(model, clean, corrupt, item, length)
-        if rows:
+        if item.stage == stages.FINAL_READ:  # the final norm's input itself: the clean row, if it differs
+            found[item] = clean.final if rows else corrupt.final
+        elif rows:
             by_block[item.block].append((item, rows))
         else:
             found[item] = corrupt.final
@@ -281,9 +358,12 @@ def _run_group(
     length: int,
 ) -> Tensor:
     """Patched runs that change block `block` first at row `start`, as one batch: the corrupt
-    stream entering the block from `start` on, the corrupt keys and values before it."""
+    stream entering the block from `start` on (Attention Residuals: the corrupt embedding and
+    sublayer outputs before the block), the corrupt keys and values before it."""
     B, last = len(members), len(model.blocks) - 1
-    x = corrupt.stage(block, stages.INPUT)[:, start:].expand(B, -1, -1).clone()  # [B, T - start, C]
+    x = None  # Attention Residuals past block 0: no one row enters the block (depth_entering below)
+    if block == 0 or not corrupt.depth:
+        x = corrupt.stage(block, stages.INPUT)[:, start:].expand(B, -1, -1).clone()  # [B, T - start, C]
     puts: dict[str, list[tuple[int, int, int | None, Tensor]]] = defaultdict(list)
     for b, (item, rows) in enumerate(members):
         value = clean.stage(item.block, item.stage)
@@ -294,6 +374,8 @@ def _run_group(
                 row = value[0, item.head, p] if item.stage == stages.HEADS else value[0, p]
                 puts[stages.block_name(block, item.stage)].append((b, p, item.head, row))
     recorder = Recorder(model.cfg, {name: _put(rows, length) for name, rows in puts.items()})
+    if corrupt.depth:  # no stream: the block reads the embedding and the outputs before it
+        x = corrupt.depth_entering(model, block, start, B, x if block == 0 else None)
     for i in range(block, last + 1):
         cache = LayerCache(length)
         if start:
@@ -303,6 +385,8 @@ def _run_group(
             )
         scoped = recorder.scoped(stages.block_prefix(i)) if i == block else None
         x = model.blocks[i](x, scoped, cache, i == last)
+    if corrupt.depth:  # the final norm's read over everything the blocks wrote
+        x = model.final_depth(x)
     return x[:, -1]
 
 

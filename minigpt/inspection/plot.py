@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import MinigptError
 from .attribution import Attribution
 from .by_position import PositionLosses
-from .patching import PATCHED_STAGES, Patching
+from .patching import Patching, swept_stages
 from .trace import Trace
 
 EXTRA = 'pip install -e ".[plot]"  (or: pip install matplotlib)'
@@ -194,8 +194,8 @@ def patching_figure(result: Patching):
     labels = [f"{p}:{repr(t)[1:-1][:6]}" for p, t in enumerate(result.clean.tokens)]
     if result.by == "stage":
         panels = []
-        for stage in [s for s in PATCHED_STAGES if any(e.stage == s for e in result.effects)]:
-            grid = np.zeros((n_layer, len(labels)))
+        for stage in swept_stages(result.effects):  # a block a stage is not patched in (Attention Residuals): blank
+            grid = np.full((n_layer, len(labels)), np.nan)
             for e in result.effects:
                 if e.stage == stage:
                     grid[e.block, e.position] = e.effect
@@ -213,7 +213,7 @@ def patching_figure(result: Patching):
     figure, axes = plt.subplots(
         1, len(panels), figsize=(3.2 * len(panels) + 1.5, 0.35 * n_layer + 2.2), squeeze=False, constrained_layout=True
     )
-    limit = max(1.0, *(float(np.abs(grid).max()) for _, grid, _ in panels))
+    limit = max(1.0, *(float(np.nanmax(np.abs(grid))) for _, grid, _ in panels))
     for ax, (title, grid, columns) in zip(axes[0], panels):
         image = ax.imshow(grid, vmin=-limit, vmax=limit, cmap="RdBu", aspect="auto")
         ax.set_title(title, fontsize=9)

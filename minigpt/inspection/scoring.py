@@ -39,7 +39,9 @@ class Scores:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(self.nats_per_token)
+        """e^(nats per token); infinite past what a float holds (a diverged model's loss can be)."""
+        nats = self.nats_per_token
+        return math.exp(nats) if nats < 709 else math.inf
 
     def __repr__(self) -> str:  # a notebook shows the figures, not every surprisal
         return (

@@ -5,6 +5,10 @@ second computation here. The only arithmetic on top is
   - the logit lens: a block's recorded output row through the model's own `final_norm` and `head`
     modules, then softmax ("what would the head predict if the model stopped after this block"),
   - probabilities: softmax of the recorded logits row,
+  - with Attention Residuals (`[model] residual = "attention"`), where no block leaves an output row,
+    the logit lens reads the model's own `final_depth` over the rows the pass recorded up to that
+    block (the embedding and the sublayers' outputs, depth.py's Depth): the final norm's read had
+    the model stopped there,
   - with `grad`, the gradient of the traced position's next-token loss with respect to every
     stage's row, by autograd through the graph of that same recorded pass (gradients.py).
 
@@ -25,12 +29,14 @@ import torch
 from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
+from ..model.depth import Depth
 from ..model.gpt import MiniGPT, check_token_ids
 from ..model.layers import ResidualShapeError
 from ..model.positions import Rotary
 from ..model.recorder import Recorder, Replacement
 from ..text.tokenizer import TextTokenizer
 from . import gradients
+from .depth_reads import Reader, model_readers
 from .gradients import Gradient, Target
 from .interventions import BroadcastUpdate, Intervention, PutBack, SetInput, put_back_name, read_patch, replacements
 from .weight_edits import edited
@@ -156,9 +162,30 @@ class InputRows:
 
 
 @dataclass
+class DepthRead:
+    """One read over depth at the traced position (`[model] residual = "attention"`, depth.py):
+    layer `layer` (1-based; the final norm's: the number of layers + 1), the sublayer it feeds
+    (`reader`: "b0.attention", "b0.ffn" or "final_norm"), the recorded name of its weights, its
+    sources' labels (depth_reads.py: "embedding", "b0.attention", ..., "partial ..."), the layers
+    each sums, the softmax weights over them (they sum to 1, `total`, math.fsum) and the whole
+    weights' shape [1, T, S]."""
+
+    layer: int
+    reader: str
+    stage: str
+    sources: list[str]
+    layers: list[list[str]]
+    weights: list[float]
+    total: float
+    shape: list[int]
+
+
+@dataclass
 class BlockTrace:
     index: int
-    input: Row  # what enters the block
+    # what enters the block; None where no one row does (Attention Residuals past block 0: each
+    # sublayer reads its own mix over depth, `read1` and `read2`)
+    input: Row | None
     stages: dict[str, list[float]]  # stage name -> row, in the order the block computed them
     shapes: dict[str, list[int]]  # stage name -> whole-array shape
     attention_weights: list[list[float]]  # [head][key] over the visible keys 0..position
@@ -170,6 +197,8 @@ class BlockTrace:
     rotated_query: list[list[float]] | None = None
     rotated_key: list[list[float]] | None = None
     rotated_shape: list[int] | None = None
+    # Attention Residuals only: the block's reads over depth (read1's, then read2's); in the JSON only then
+    depth: list[DepthRead] = field(default_factory=list)
 
 
 @dataclass
@@ -196,6 +225,10 @@ class Trace:
     # past it (read with --extrapolate or a rope scaling): in the JSON only then.
     trained_length: int = 0
     past_trained_length: bool = False
+    # Attention Residuals only: the final norm's read over depth, its row (`final_read`, what the final
+    # norm reads) and its weights; in the JSON only then
+    final_read: Row | None = None
+    final_depth: DepthRead | None = None
 
     def stage(self, block: int | None, name: str, position: int | None = None) -> torch.Tensor:
         """A stage of the traced pass by the chapter's names, as the model computed it: block 0's
@@ -203,7 +236,8 @@ class Trace:
         and "logits"; the row at the traced position, or at `position` (`whole` gives them all).
         For attention_weights, that position's weights in every head over the keys it sees (0..p):
         [H, p + 1], as `attention_weights` in the JSON; for a rope model's rotated_query and
-        rotated_key, that position's row in every head: [H, d]."""
+        rotated_key, that position's row in every head: [H, d]; for depth_weights1, depth_weights2 and
+        final_depth_weights (Attention Residuals), that position's weights over its sources: [S]."""
         p = self.position if position is None else position
         whole = self.whole(block, name)
         if name == stages.ATTENTION_WEIGHTS:
@@ -234,6 +268,8 @@ class Trace:
         del out["probabilities"], out["recorded"], out["attribution"]
         if self.gradient is None:
             del out["gradient"]
+        elif self.gradient.final_read is None:  # not Attention Residuals: no final read to differentiate
+            del out["gradient"]["final_read"]
         if not self.all_positions:
             del out["all_positions"]
         if not self.input.replaced:
@@ -242,8 +278,12 @@ class Trace:
             del out["trained_length"], out["past_trained_length"]
         if self.attribution is not None:
             out["attribution"] = self.attribution.as_dict()
+        if self.final_depth is None:  # not Attention Residuals: no reads over depth
+            del out["final_read"], out["final_depth"]
         for block in out["blocks"]:
             del block["full_attention"]
+            if not block["depth"]:
+                del block["depth"]
             if block["rotated_shape"] is None:  # not a rope model: no rotated rows
                 del block["rotated_query"], block["rotated_key"], block["rotated_shape"]
         if not self.interventions:
@@ -366,11 +406,12 @@ def trace_position(
     with torch.inference_mode():
         # The logit lens of every shown block in one pass over the head (GPT-2's is 154 MB), by the
         # model's own modules (norms and a linear map: the same in training mode).
-        outputs = torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
-        lens = model.head(model.final_norm(outputs))
-        blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k]) for k, i in enumerate(shown)]
+        lens = model.head(model.final_norm(_lens_rows(model, recorder, shown, p)))
+        readers = model_readers(model.architecture())
+        blocks = [_block_entry(tokenizer, recorder, i, p, top, lens[k], readers) for k, i in enumerate(shown)]
     x = recorder[stages.INPUT]
     final = recorder[stages.FINAL_NORM]
+    final_read = recorder.stages.get(stages.FINAL_READ)  # Attention Residuals: what the final norm read
     table = getattr(model, "position_table", None)  # positions = "none": no table
     return Trace(
         position=p,
@@ -396,6 +437,43 @@ def trace_position(
         all_positions=_every_position(model, ids, recorder, shown) if all_positions else {},
         trained_length=model.context,
         past_trained_length=past_trained_length(model, len(ids), p),
+        final_read=None if final_read is None else Row(final_read[0, p].tolist(), list(final_read.shape)),
+        final_depth=_depth_read(readers[-1], recorder, p) if readers else None,
+    )
+
+
+def _lens_rows(model: MiniGPT, recorder: Recorder, shown: list[int], p: int) -> torch.Tensor:
+    """What the final norm would read at position `p` if the model stopped after each shown block,
+    [len(shown), C]: that block's output row; with Attention Residuals (no output row) the final
+    norm's own read over depth (`final_depth`) of the embedding and the sublayer outputs the pass
+    recorded up to that block, summed into groups as the model sums them (depth.py's Depth)."""
+    if model.cfg.residual != "attention":
+        return torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
+    depth = Depth.start(recorder[stages.INPUT][:, p : p + 1], model.per_block, model.cfg.norm_eps, model.layers)
+    rows = {}
+    for i in range(max(shown) + 1):
+        for stage in (stages.ATTENTION, stages.FFN):
+            name = stages.block_name(i, stage)
+            if name in recorder.stages:  # no FFN ([model] ffn_hidden = 0): the attention alone
+                depth = depth.add(recorder[name][:, p : p + 1])
+        if i in shown:
+            rows[i] = model.final_depth(depth)[0, 0]
+    return torch.stack([rows[i] for i in shown])
+
+
+def _depth_read(reader: Reader, recorder: Recorder, p: int) -> DepthRead:
+    """A read over depth's weights at position `p`, with what they weigh."""
+    weights = recorder[reader.weights]  # [1, T, S]
+    row = weights[0, p].tolist()
+    return DepthRead(
+        layer=reader.layer,
+        reader=reader.reader,
+        stage=reader.weights,
+        sources=list(reader.sources),
+        layers=[list(group) for group in reader.layers],
+        weights=row,
+        total=math.fsum(row),
+        shape=list(weights.shape),
     )
 
 
@@ -417,14 +495,22 @@ def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: l
     if getattr(model, "position_table", None) is not None:
         out["position_rows"] = model.position_table.weight[: len(ids)].tolist()
     out[stages.INPUT] = recorder[stages.INPUT][0].tolist()
+    depth = model.cfg.residual == "attention"  # no output row enters a block: each sublayer reads its own mix
     for i in shown:
-        if i > 0 and i - 1 not in shown:  # what enters block i: the output of the block before it
+        if i > 0 and i - 1 not in shown and not depth:  # what enters block i: the output of the block before it
             out[stages.block_name(i - 1, stages.OUTPUT)] = recorder[stages.block_name(i - 1, stages.OUTPUT)][0].tolist()
         for name, value in recorder.block(i).items():
-            if name not in (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED):
+            if name not in NOT_ROWS:
                 out[stages.block_name(i, name)] = value[0].tolist()
+    if depth:
+        out[stages.FINAL_READ] = recorder[stages.FINAL_READ][0].tolist()
     out[stages.FINAL_NORM] = recorder[stages.FINAL_NORM][0].tolist()
     return out
+
+
+# A block's recorded stages that are not rows of width C: the attention weights [H, T, T], the heads
+# and rope's rotated rows (a row per head), the depth weights over S sources.
+NOT_ROWS = (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED, stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2)
 
 
 def _recorded(
@@ -534,7 +620,7 @@ def compare(
     )
     changes = []
     for first, second in zip(before.blocks, after.blocks):
-        rows = {stages.INPUT: (first.input.row, second.input.row)}
+        rows = {} if first.input is None and second.input is None else {stages.INPUT: (_row(first), _row(second))}
         rows.update({name: (first.stages.get(name), second.stages.get(name)) for name in _aligned(first, second)})
         changes.append({name: _change(a, b) for name, (a, b) in rows.items()})
     kl = math.fsum(
@@ -543,6 +629,11 @@ def compare(
     )
     compared_ids = None if before_ids is None else list(before_ids)
     return Comparison([str(item) for item in interventions], before, after, changes, kl, compared_ids=compared_ids)
+
+
+def _row(block: BlockTrace) -> list[float] | None:
+    """What enters the block, where one row does."""
+    return None if block.input is None else block.input.row
 
 
 def _aligned(first: BlockTrace, second: BlockTrace) -> list[str]:
@@ -573,6 +664,10 @@ def shape_differences(model: MiniGPT, other: MiniGPT, order_may_differ: bool = F
     `order_may_differ`: not the ORDER_KEYS (pre-norm beside post-norm: the same parameters)."""
     this, that = model.architecture(), other.architecture()
     keys = [key for key in SHAPE_KEYS if not (order_may_differ and key in ORDER_KEYS)]
+    # Attention Residuals records other stages (read1 and read2; no residual1 and no output): beside
+    # a model with a residual stream, or without one, half the rows would have nothing to compare with
+    if "attention" in (this["residual"], that["residual"]):
+        keys.append("residual")
     return [f"{key} {this[key]!r} != {that[key]!r}" for key in keys if this[key] != that[key]]
 
 
@@ -614,17 +709,32 @@ def _keep(name: str, change: Replacement | None) -> Replacement:
 
 
 def _block_entry(
-    tokenizer: TextTokenizer, recorder: Recorder, i: int, p: int, top: int, lens_logits: torch.Tensor
+    tokenizer: TextTokenizer,
+    recorder: Recorder,
+    i: int,
+    p: int,
+    top: int,
+    lens_logits: torch.Tensor,
+    readers: list[Reader] = (),
 ) -> BlockTrace:
+    """Block `i` at position `p`; `readers`: every read over depth of an Attention Residuals model
+    (depth_reads.py), of which the block's own are shown with it."""
     recorded = recorder.block(i)
     weights = recorded.pop(stages.ATTENTION_WEIGHTS)  # [B, H, T, S]
     recorded.pop(stages.HEADS)  # kept for the attribution, not a row of the trace
     # rope: the rotated queries and keys [B, H, T, d], a row per head, not a row of the stream
     query, key = (recorded.pop(name, None) for name in stages.ROTATED)
-    entering = recorder[stages.INPUT] if i == 0 else recorder[stages.block_name(i - 1, stages.OUTPUT)]
+    for name in (stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2):  # shown as the block's reads, below
+        recorded.pop(name, None)
+    prefix = stages.block_prefix(i) + "."
+    depth = [_depth_read(reader, recorder, p) for reader in readers if reader.weights.startswith(prefix)]
+    if i == 0:
+        entering = recorder[stages.INPUT]
+    else:  # Attention Residuals: no one row enters a block past the first
+        entering = recorder.stages.get(stages.block_name(i - 1, stages.OUTPUT))
     return BlockTrace(
         index=i,
-        input=Row(entering[0, p].tolist(), list(entering.shape)),
+        input=None if entering is None else Row(entering[0, p].tolist(), list(entering.shape)),
         # in the order the block computed them (post-norm adds residual2)
         stages={name: value[0, p].tolist() for name, value in recorded.items()},
         shapes={name: list(value.shape) for name, value in recorded.items()},
@@ -635,4 +745,5 @@ def _block_entry(
         rotated_query=None if query is None else query[0, :, p].tolist(),
         rotated_key=None if key is None else key[0, :, p].tolist(),
         rotated_shape=None if query is None else list(query.shape),
+        depth=depth,
     )

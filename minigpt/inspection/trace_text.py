@@ -7,6 +7,7 @@ gradient (`grad`), each row's `|grad|` column is the norm the gradient computed 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 from ..errors import MinigptError
@@ -15,11 +16,14 @@ from ..model.stages import (
     ATTENTION,
     FFN,
     FINAL_NORM,
+    FINAL_READ,
     HIDDEN,
     INPUT,
     NORM1,
     NORM2,
     OUTPUT,
+    READ1,
+    READ2,
     RESIDUAL1,
     RESIDUAL2,
     block_stages,
@@ -164,12 +168,20 @@ def _bottom_line(gradient: dict[str, Any], n_layer: int, digits: int, width: int
     blocks = gradient["blocks"]
     if len(blocks) != n_layer:  # one block shown (--block): no bottom and top to set side by side
         return []
-    bottom, top = blocks[0]["input"]["norm"], blocks[-1]["stages"][OUTPUT]["norm"]
+    last = blocks[-1]["stages"]
+    if OUTPUT in last:
+        top, where = last[OUTPUT]["norm"], f"block {n_layer - 1}'s output"
+    elif gradient.get(FINAL_READ) is not None:  # Attention Residuals: the top is what the final norm reads
+        top, where = gradient[FINAL_READ]["norm"], FINAL_READ
+    else:  # Attention Residuals: the last sublayer's output
+        name = FFN if FFN in last else ATTENTION
+        top, where = last[name]["norm"], f"block {n_layer - 1}'s {name}"
+    bottom = gradient[INPUT]["norm"]
     ratio = f" (bottom / top = {magnitude(bottom / top, digits)})" if top > 0 else ""
     return _pack(
         [
             "gradient from the top of the stack to the bottom:",
-            f"{GRAD} of block {n_layer - 1}'s output {magnitude(top, digits)},",
+            f"{GRAD} of {where} {magnitude(top, digits)},",
             f"of block 0's input {magnitude(bottom, digits)}{ratio}",
         ],
         width,
@@ -198,7 +210,17 @@ def _formulas(model: dict[str, Any]) -> dict[str, str]:
             return f"SiLU(gate) * value, [gate | value] = {x} W1{b1}"
         return f"{model['activation']}({x} W1{b1})"
 
-    if model["norm_position"] == "pre":
+    if model.get("residual") == "attention":  # Attention Residuals: each sublayer reads a mix over depth
+        formulas = {
+            READ1: depth_mix("depth1"),
+            NORM1: normed("1", READ1),
+            ATTENTION: f"MHA({NORM1})",
+            READ2: depth_mix("depth2"),
+            NORM2: normed("2", READ2),
+            HIDDEN: hidden(NORM2),
+            FFN: f"{HIDDEN} W2{b2}",
+        }
+    elif model["norm_position"] == "pre":
         formulas = {
             NORM1: normed("1", INPUT),
             ATTENTION: f"MHA({NORM1})",
@@ -219,7 +241,21 @@ def _formulas(model: dict[str, Any]) -> dict[str, str]:
             NORM2: normed("2", RESIDUAL2),
             OUTPUT: NORM2 if ffn else NORM1,
         }
-    return {stage: formulas[stage] for stage in block_stages(model["norm_position"], ffn)}
+    depth = model.get("residual") == "attention"
+    return {stage: formulas[stage] for stage in block_stages(model["norm_position"], ffn, depth)}
+
+
+def depth_mix(query: str) -> str:
+    """An Attention Residuals read (model/depth.py): the softmax over the sources v_i of the query's
+    dot product with each source's RMS-normed row (no gain), and the mix of the sources themselves."""
+    return f"sum_i a_i v_i, a = softmax_i({query}.query . v_i / rms(v_i))"
+
+
+# What the sources of an Attention Residuals read are, under the legend.
+DEPTH_SOURCES = (
+    "v_i: the sources each read weighs, the embedding and the earlier sublayers' outputs (summed in "
+    "groups with attention_residual_blocks), named under each block's depth weights"
+)
 
 
 def _legend(model: dict[str, Any]) -> list[str]:
@@ -231,6 +267,8 @@ def _legend(model: dict[str, Any]) -> list[str]:
         formulas[NORM2] = f"{OUTPUT} = {formulas[NORM2]}"
     steps = [f"{stage} = {formula}" for stage, formula in formulas.items()]
     steps = [step + ";" for step in steps[:-1]] + [steps[-1]]
+    if model.get("residual") == "attention":
+        return [f"{model['norm_position']}-norm block, Attention Residuals:"] + steps  # a read's formula is long
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
 
@@ -247,6 +285,24 @@ def positions_note(model: dict[str, Any], json_at: str = "the trace's JSON") -> 
         slopes = ", ".join(f"{s:.4g}" for s in alibi_slopes(model["n_head"]))
         return f"alibi: -slope x distance added to each head's scores inside attention (slopes {slopes})"
     return None
+
+
+def _depth_lines(reads: list[dict[str, Any]], p: int, digits: int, width: int, which: str = "") -> list[str]:
+    """Attention Residuals: each read's weights at the traced position, one line (wrapped) a layer:
+    which sources it read and how much of each, and their sum (1, up to rounding). `which`: the
+    pass, in a comparison ("before", "after")."""
+    if not reads:
+        return []
+    heading = f"depth weights{' ' + which if which else ''} at position {p}"
+    out = ["  " + line for line in _pack([heading, "(softmax over each read's sources, sum 1):"], width - 2, " ")]
+    for read in reads:
+        final = read["reader"] == FINAL_NORM
+        said = f"{FINAL_NORM} reads" if final else f"layer {read['layer']} ({read['reader']}) reads"
+        items = [f"{source} {number(w, digits)}," for source, w in zip(read["sources"], read["weights"])]
+        items[-1] = items[-1].rstrip(",") + ";"
+        lines = _pack([said, *items, f"sum {number(read['total'], digits)}"], width - 4, " ")
+        out += ["    " + lines[0]] + ["      " + line for line in lines[1:]]
+    return out
 
 
 def _attention_lines(entry: dict[str, Any], tokens: list[str], p: int, digits: int, width: int) -> list[str]:
@@ -310,6 +366,9 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
     legend = _pack(_legend(model), width - 2, " ")
     out += [legend[0]] + ["  " + line for line in legend[1:]]
+    if model.get("residual") == "attention":
+        sources = _pack(DEPTH_SOURCES.split(" "), width - 2, " ")
+        out += ["  " + line for line in sources]
     note = positions_note(model)
     if note is not None:  # rope, alibi: block 0's input is the token row alone, positions enter later
         lines = _pack(note.split(" "), width - 2, " ")
@@ -336,6 +395,7 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         if every:
             out += ["", f"block {i} of {model['n_layer']}"]
             out += _every_position_table(trace, entry, digits, width)
+            out += _depth_lines(entry.get("depth", []), p, digits, width)
             out += _attention_lines(entry, tokens, p, digits, width)
             continue
         rows, grads = [], []
@@ -348,23 +408,37 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
                 rows.append((f"+ position {p}", inp["position_row"], inp["position_table_shape"]))
             grads = [None] * len(rows)  # the gradient is the input's: one sum, one row of it
             rows.append((f"= {INPUT}", inp["row"], inp["shape"]))
-        else:
+        elif entry.get("input") is not None:  # Attention Residuals: no one row enters a block past the first
             rows.append((INPUT, entry["input"]["row"], entry["input"]["shape"]))
         rows += [(name, row, entry["shapes"][name]) for name, row in entry["stages"].items()]
         if gradient is not None:
             block = gradient["blocks"][k]
-            grads += [block["input"]["norm"]] + [block["stages"][name]["norm"] for name in entry["stages"]]
+            entering = [block["input"]["norm"]] if entry.get("input") is not None else []
+            grads += entering + [block["stages"][name]["norm"] for name in entry["stages"]]
         out += ["", f"block {i} of {model['n_layer']}"]
         heading = ("stage", f"row at position {p}", "shape")
         out += _table(rows, digits, width, heading=heading, grads=grads if gradient is not None else None)
+        out += _depth_lines(entry.get("depth", []), p, digits, width)
         out += _attention_lines(entry, tokens, p, digits, width)
 
     out += ["", "after the last block"]
     final = [(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])]
+    read = trace.get("final_read")  # Attention Residuals: the mix over depth the final norm reads
     if every:
-        out += _positions_table([(FINAL_NORM, every[FINAL_NORM], trace["final_norm"]["shape"])], tokens, digits, width)
+        final_rows = [(FINAL_NORM, every[FINAL_NORM], trace["final_norm"]["shape"])]
+        if read is not None:
+            final_rows.insert(0, (FINAL_READ, every[FINAL_READ], read["shape"]))
+        out += _positions_table(final_rows, tokens, digits, width)
     else:
-        out += _table(final, digits, width, grads=None if gradient is None else [gradient["final_norm"]["norm"]])
+        grads = None if gradient is None else [gradient["final_norm"]["norm"]]
+        if read is not None:
+            final.insert(0, (FINAL_READ, read["row"], read["shape"]))
+            if grads is not None:
+                grads.insert(0, gradient[FINAL_READ]["norm"] if gradient.get(FINAL_READ) else None)
+        out += _table(final, digits, width, grads=grads)
+    if read is not None:
+        out += _pack(f"{FINAL_READ} = {depth_mix('final_depth')}".split(" "), width - 2, " ")
+        out += _depth_lines([trace["final_depth"]], p, digits, width)
     if gradient is not None:
         out += _bottom_line(gradient, model["n_layer"], digits, width)
     out.append(f"next token after position {p}: softmax({FINAL_NORM} row @ head), top {len(trace['next_tokens'])}")
@@ -378,11 +452,22 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
             f"{number(c['logit'], digits):>{num_w}}  {number(c['probability'], digits):>{num_w}}"
         )
 
-    out += [
-        "",
-        "logit lens: each block's output row, through final_norm and the head, softmax:",
-        "what the model would predict if it stopped after that block",
-    ]
+    if read is None:
+        out += [
+            "",
+            "logit lens: each block's output row, through final_norm and the head, softmax:",
+            "what the model would predict if it stopped after that block",
+        ]
+    else:  # no block leaves an output row: the final norm's own read over what was written by then
+        out += [""] + _pack(
+            (
+                "logit lens: the final norm's read over depth (final_depth.query) of the embedding and the "
+                "sublayers' outputs up to each block, through final_norm and the head, softmax: what the "
+                "model would predict if it stopped after that block"
+            ).split(" "),
+            width,
+            " ",
+        )
     for entry in trace["blocks"]:
         label = f"  block {entry['index']:<3} "
         guesses = [f"{show_token(c['token'])} {number(c['probability'], digits)}" for c in entry["logit_lens"]]
@@ -403,7 +488,7 @@ def _every_position_table(trace: dict[str, Any], entry: dict[str, Any], digits: 
         if "position_rows" in every:
             entries.append(("+ position", every["position_rows"], inp["position_table_shape"]))
         entries.append((f"= {INPUT}", every[INPUT], inp["shape"]))
-    else:
+    elif entry.get("input") is not None:  # Attention Residuals: no one row enters a block past the first
         entries.append((INPUT, every[f"blocks.{i - 1}.{OUTPUT}"], entry["input"]["shape"]))
     entries += [(name, every[f"blocks.{i}.{name}"], entry["shapes"][name]) for name in entry["stages"]]
     out = _positions_table(entries, trace["tokens"], digits, width)
@@ -439,7 +524,7 @@ def _gradient_comparison(result: Comparison, label_w: int, num_w: int, digits: i
     for first, second in zip(before["blocks"], after["blocks"]):
         out.append(f"block {first['index']}: {GRAD} before and after")
         out.append(f"  {'stage':<{label_w}}  {'before':>{num_w}}  {'after':>{num_w}}")
-        rows = {INPUT: (first["input"], second["input"])}
+        rows = {INPUT: (first["input"], second["input"])} if first["input"] or second["input"] else {}
         rows.update({name: (grad, second["stages"].get(name)) for name, grad in first["stages"].items()})
         rows.update({name: (None, grad) for name, grad in second["stages"].items() if name not in rows})
         out += [
@@ -517,7 +602,7 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
     said = (_formulas(before.model), _formulas(after.model)) if orders else ({}, {})
     if orders:
         room -= 2 + max(len(f"= {f}") for formulas in said for f in formulas.values())
-    for entry, block in zip(before.blocks, result.stages):
+    for k, (entry, block) in enumerate(zip(before.blocks, result.stages)):
         out += [
             "",
             f"block {entry.index} of {before.model['n_layer']}: norms before and after, the change's norm, the rows",
@@ -539,6 +624,12 @@ def render_comparison(result: Comparison, digits: int = 4, width: int = WIDTH) -
                     continue
                 formula = f"  = {formulas[name]}" if name in formulas else ""
                 out.append(f"    {label}  {row:<{row_w}}{formula}".rstrip())
+        for which, trace in (("before", before), ("after", after)):  # Attention Residuals: each pass's reads
+            out += _depth_lines([asdict(read) for read in trace.blocks[k].depth], p, digits, width, which)
+    for which, trace in (("before", before), ("after", after)):
+        if trace.final_depth is not None:
+            out += ["", f"after the last block ({which})"]
+            out += _depth_lines([asdict(trace.final_depth)], p, digits, width, which)
     if before.gradient is not None:
         out += _gradient_comparison(result, label_w, num_w, digits, width)
     out += ["", f"next token after position {p}, before and after:"]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 
+from ..model.stages import FINAL_READ
 from .attribution import Attribution, Part
-from .patching import PATCHED_STAGES, Patching
+from .patching import Patching, swept_stages
 from .trace_text import WIDTH, _pack, number, show_token
 
 SHOWN_PARTS = 24  # the largest parts get a bar each; the rest are summed on one line
@@ -21,13 +22,23 @@ def _versus(token: str, versus: str | None) -> str:
 
 def render_attribution(result: Attribution, digits: int = 4, width: int = WIDTH, shown: int = SHOWN_PARTS) -> list[str]:
     """The logit (difference) at the traced position, then its parts by size with a bar each: `+`
-    bars for what pushes towards the token, `-` bars for what pushes away."""
+    bars for what pushes towards the token, `-` bars for what pushes away. With Attention Residuals
+    each part's source weight in the final read is shown beside it (`xW`: already in the value)."""
     what = "logit of " + _versus(result.token, result.versus)
+    weighted = any(part.weight is not None for part in result.parts)
+    said = (
+        [
+            "what each part wrote, times the weight of its source in final_read",
+            "(xW: this pass's depth weights), through final_norm (its scale",
+        ]
+        if weighted
+        else ["what each part wrote into the residual stream, through final_norm (its scale"]
+    )
     out = _pack(
         [
             f"attribution: {what} at position {result.position} = {number(result.total, digits)},",
             f"the sum of {len(result.parts)} parts:",
-            "what each part wrote into the residual stream, through final_norm (its scale",
+            *said,
             f"{number(result.scale, digits)} from this pass) and the head",
         ],
         width,
@@ -35,13 +46,16 @@ def render_attribution(result: Attribution, digits: int = 4, width: int = WIDTH,
     )
     ranked = sorted(result.parts, key=lambda part: -abs(part.value))
     top, rest = ranked[:shown], ranked[shown:]
+    weights = {id(part): "" if part.weight is None else f"x{part.weight:.{min(digits, 3)}f}" for part in top}
+    weight_w = max(len(text) for text in weights.values())
     name_w = max(len(part.name) for part in top)
     num_w = max(len(number(part.value, digits)) for part in top)
-    room = max(4, width - 2 - name_w - 2 - num_w - 2)
+    room = max(4, width - 2 - name_w - 2 - num_w - 2 - (weight_w + 2 if weight_w else 0))
     largest = max(abs(part.value) for part in top) or 1.0
     for part in top:
         bar = ("+" if part.value >= 0 else "-") * round(room * abs(part.value) / largest)
-        out.append(f"  {part.name:<{name_w}}  {number(part.value, digits):>{num_w}}  {bar}".rstrip())
+        weight = f"  {weights[id(part)]:>{weight_w}}" if weight_w else ""
+        out.append(f"  {part.name:<{name_w}}  {number(part.value, digits):>{num_w}}{weight}  {bar}".rstrip())
     if rest:
         out.append(f"  ... {len(rest)} smaller parts sum to {number(math.fsum(p.value for p in rest), digits)}")
     out.append(
@@ -106,12 +120,15 @@ def render_patching(result: Patching, digits: int = 2, width: int = WIDTH) -> st
     n_layer = 1 + max(e.block for e in result.effects)
     columns = [f"{p}:{show_token(t, 6)}" for p, t in enumerate(clean.tokens)]
     if result.by == "stage":
-        for stage in [s for s in PATCHED_STAGES if any(e.stage == s for e in result.effects)]:
+        for stage, blocks in swept_stages(result.effects).items():
             cells = {(e.block, e.position): e.effect for e in result.effects if e.stage == stage}
-            out += ["", f"{stage} patched, by block (rows) and position (columns)"]
-            out += _grid(
-                [f"block {i}" for i in range(n_layer)], columns, lambda r, c, cells=cells: cells[(r, c)], digits, width
-            )
+            if stage == FINAL_READ:  # after the last block: one row, the final norm's read
+                out += ["", f"{stage} patched (the final norm's read), by position (columns)"]
+                labels = ["final"]
+            else:
+                out += ["", f"{stage} patched, by block (rows) and position (columns)"]
+                labels = [f"block {i}" for i in blocks]
+            out += _grid(labels, columns, lambda r, c, cells=cells, blocks=blocks: cells[(blocks[r], c)], digits, width)
         return "\n".join(out)
     n_head = 1 + max(e.head for e in result.effects)
     every = {(e.block, e.head): e.effect for e in result.effects if e.position is None}

@@ -7,7 +7,7 @@
 GPT-2 is this model's family: pre-norm blocks with LayerNorm, learned absolute positions, a final
 LayerNorm, a vocabulary head. Its names and layouts (Conv1D's [in, out] weights, the tied head,
 the config keys) are gpt2_layout.py's, the table the import reads too. What GPT-2 cannot express
-(RMSNorm, post-norm, SwiGLU) is refused, naming the key. Without biases, GPT-2's are exported as
+(RMSNorm, post-norm, SwiGLU, Attention Residuals) is refused, naming the key. Without biases, GPT-2's are exported as
 zeros, which computes the same.
 """
 
@@ -57,6 +57,11 @@ def gpt2_refusal(model: MiniGPT) -> str | None:
     cfg = model.cfg
     if cfg.positions != "learned":
         return f"[model] positions = {cfg.positions!r}: GPT-2 adds a learned position table (wpe)"
+    if cfg.residual == "attention":
+        return (
+            "[model] residual = 'attention': GPT-2's blocks add each sublayer to the residual stream, with no "
+            "learned read over depth"
+        )
     if not cfg.residual:
         return "[model] residual = false: GPT-2's blocks add each sublayer to the residual stream"
     if cfg.ffn_hidden == 0:

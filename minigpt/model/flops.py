@@ -14,6 +14,12 @@ attention's two products with the keys and values are D per key, over all T keys
 leaves about half of them unread: the count ignores it, as both do). Softmax, the activation and the
 norms' own arithmetic are not counted. One multiply-add is 2 FLOPs; the backward pass costs about
 twice the forward, so training is 3 x 2 = 6 FLOPs per multiply-add.
+
+Attention Residuals (`[model] residual = "attention"`) reads over depth before every sublayer and
+the final norm: a read of S sources is S·D for its pseudo-query against the S keys (as Q Kᵀ is
+counted) and S·D for the weighted sum of the sources (as the attention's weighted sum is), one
+part, `depth.reads`, summed over every read (S grows with depth, so no block costs what another
+does). The keys' RMS norm and the softmax are elementwise: not counted.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..config import ModelConfig
-from ..counts import Counts, Formula, Part, parameter_counts, sizes_of
+from ..counts import Counts, Formula, Part, depth_reads, parameter_counts, sizes_of
 
 if TYPE_CHECKING:
     from .gpt import MiniGPT
@@ -45,7 +51,11 @@ def forward_counts(cfg: ModelConfig, vocab_size: int, positions: int | None = No
     block.append(Part("attention.weighted_sum", Formula.of(TD=1), "weights x V"))
     block.append(Part("attention.W_O", by_name["attention.W_O"].formula, "x W_O"))
     block += [by_name[name] for name in ("norm2", "ffn.W1", "ffn.W2") if name in by_name]
-    after = [Part(p.name, p.formula, p.says) for p in params.after if p.name != "head"]
+    reads = depth_reads(cfg)
+    says = f"{len(reads)} reads of {sum(reads)} sources in all, 2D a source"
+    after = [Part("depth.reads", Formula.of(D=2 * sum(reads)), says)] if reads else []
+    # the final read's query is in depth.reads: it meets S keys, not one row
+    after += [Part(p.name, p.formula, p.says) for p in params.after if p.name not in ("head", "final_depth.query")]
     after.append(Part("head", Formula.of(VD=1), "x token_table" if cfg.tie_embeddings else ""))
     return Counts(sizes_of(cfg, vocab_size, positions), (), tuple(block), cfg.n_layer, tuple(after))
 

@@ -13,6 +13,9 @@
 The [model] switches remove a part (docs/guide/remove-it-and-watch.md): residual = false computes
 x = sublayer(norm(x)) for both sublayers; norm = "none" puts the identity where each norm stands
 (the final norm too); ffn_hidden = 0 builds no FFN (no norm2, hidden, ffn; output = residual1).
+residual = "attention" (Attention Residuals, depth.py) passes no stream from block to block: each
+sublayer reads read = a softmax mix over depth of the embedding and the earlier sublayers' outputs,
+norm1 = LN1(read1), ..., and the final norm reads such a mix too.
 
 Every submodule is called through nn.Module's `__call__`, once per use, so a forward hook or
 pre-hook a user (or nnsight, or any hook-based tool) registers on a block, its attention, a norm, a
@@ -42,6 +45,7 @@ from ..config import ModelConfig
 from ..errors import MinigptError
 from . import stages
 from .cache import KVCache, LayerCache
+from .depth import Depth, DepthAttention
 from .layers import CausalSelfAttention, FeedForward, make_norm
 from .layers import residual as residual_add
 from .positions import Alibi, RopeScaling, Rotary, parse_rope_scaling
@@ -149,9 +153,14 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
         self.residual = residual_add if cfg.residual else _skip
+        self.over_depth = cfg.residual == "attention"  # Attention Residuals: each sublayer reads a mix (depth.py)
+        if self.over_depth:
+            self.depth1 = DepthAttention(cfg.n_embd)  # attention's pseudo-query
         self.norm1 = make_norm(cfg, substitute=parts.norm)
         self.attention = parts.attention(cfg) if parts.attention else CausalSelfAttention(cfg, positions)
         if cfg.ffn_hidden > 0:  # ffn_hidden = 0: attention only, no norm2 and no ffn module at all
+            if self.over_depth:
+                self.depth2 = DepthAttention(cfg.n_embd)  # the FFN's
             self.norm2 = make_norm(cfg, substitute=parts.norm)
             self.ffn = parts.ffn(cfg) if parts.ffn else FeedForward(cfg)
 
@@ -162,6 +171,8 @@ class Block(nn.Module):
         recorded order is the computation order, which stages.PRE_NORM / stages.POST_NORM name.
         `last_only` (sampling's last block): every row feeds the keys and values, but only the last
         row goes on through the residual and the FFN, so T = 1 from `attention` on."""
+        if self.over_depth:
+            return self._over_depth(x, recorder, cache, last_only)
         tap = recorder.record if recorder is not None else _untapped
         residual = self.residual  # x + update, or (residual = false) the update alone
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
@@ -185,6 +196,22 @@ class Block(nn.Module):
         residual2 = tap(stages.RESIDUAL2, residual(norm1, ffn))  # [B, T, C]
         norm2 = tap(stages.NORM2, self.norm2(residual2))  # [B, T, C]
         return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
+
+    def _over_depth(self, depth: Depth, recorder: Recorder | None, cache: LayerCache | None, last_only: bool) -> Depth:
+        """Attention Residuals (depth.py): `depth` (the embedding and the outputs so far) -> the same
+        with this block's attention and FFN outputs added. Each sublayer reads its own mix over depth
+        through its own pre-norm; nothing is added to a stream."""
+        tap = recorder.record if recorder is not None else _untapped
+        read1 = tap(stages.READ1, self.depth1(depth, recorder, stages.DEPTH_WEIGHTS1))  # [B, T, C]
+        norm1 = tap(stages.NORM1, self.norm1(read1))
+        attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T or 1, C]
+        depth = (depth.last_row() if last_only else depth).add(attention)
+        if not hasattr(self, "ffn"):
+            return depth
+        read2 = tap(stages.READ2, self.depth2(depth, recorder, stages.DEPTH_WEIGHTS2))
+        norm2 = tap(stages.NORM2, self.norm2(read2))
+        ffn = tap(stages.FFN, self.ffn(norm2, recorder))  # records hidden [B, T, F]
+        return depth.add(ffn)
 
 
 class MiniGPT(nn.Module):
@@ -219,6 +246,10 @@ class MiniGPT(nn.Module):
         # [train] recompute: training keeps each block's input alone and computes the block again in
         # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
         self.recompute = False
+        if cfg.residual == "attention":  # the final norm reads a mix over depth too, with its own query
+            self.final_depth = DepthAttention(cfg.n_embd)
+            self.layers = cfg.n_layer * (2 if cfg.ffn_hidden > 0 else 1)  # every attention and FFN
+            self.per_block = self.layers // (cfg.attention_residual_blocks or self.layers)  # outputs summed per block
         self.final_norm = make_norm(cfg, substitute=parts.norm)
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -308,6 +339,7 @@ class MiniGPT(nn.Module):
             "positions": cfg.positions,
             **({"rope_theta": cfg.rope_theta} if cfg.positions == "rope" else {}),
             "residual": cfg.residual,
+            **({"attention_residual_blocks": cfg.attention_residual_blocks} if cfg.residual == "attention" else {}),
         }
 
     def forward(
@@ -336,6 +368,8 @@ class MiniGPT(nn.Module):
         if self.training and self.cfg.dropout > 0:
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)
+        if self.cfg.residual == "attention":  # the blocks pass on what each sublayer wrote (depth.py)
+            x = Depth.start(x, self.per_block, self.cfg.norm_eps, self.layers)
         last = len(self.blocks) - 1
         recomputed = self.recompute and self.training and torch.is_grad_enabled() and recorder is None
         for i, block in enumerate(self.blocks):
@@ -348,6 +382,8 @@ class MiniGPT(nn.Module):
                 cache.layers[i] if cache is not None else None,
                 last_only and i == last,
             )
+        if isinstance(x, Depth):  # h = the final query's mix over depth
+            x = tap(stages.FINAL_READ, self.final_depth(x, recorder, stages.FINAL_DEPTH_WEIGHTS))
         final = tap(stages.FINAL_NORM, self.final_norm(x))  # [B, T or 1, C]
         logits = tap(stages.LOGITS, self.head(final))  # [B, T or 1, V]
         loss = None

@@ -57,7 +57,8 @@ class Recorder:
     def _unknown(self, names: list[str], what: str) -> str:
         cfg = self.cfg
         rotated = stages.ROTATED if cfg.positions == "rope" else ()
-        per_block = [*rotated, stages.ATTENTION_WEIGHTS, *stages.block_stages(**stages.of(cfg)), stages.HEADS]
+        depth = (stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2) if cfg.residual == "attention" else ()
+        per_block = [*rotated, *depth, stages.ATTENTION_WEIGHTS, *stages.block_stages(**stages.of(cfg)), stages.HEADS]
         return (
             f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "
             f"{stages.INPUT}, {stages.FINAL_NORM}, {stages.LOGITS} and blocks.I.STAGE for I in 0..{cfg.n_layer - 1} "

@@ -10,6 +10,12 @@ interventions.py checks against, and trace.py, trace_text.py and the explore pag
                                                not recorded (kept where asked: a part fed one row, feed.py)
     final_norm, logits                         after the last block
 
+With `[model] residual = "attention"` (Attention Residuals, depth.py) a block adds nothing to a stream:
+    blocks.{i}.depth_weights1, read1           the softmax weights over the embedding and the earlier
+                                               sublayers' outputs [B, T, S], and their mix, which norm1 reads
+    blocks.{i}.depth_weights2, read2           the same before the FFN, which norm2 reads
+    final_depth_weights, final_read            the same before the final norm
+
 Plain names only, no torch: anything (the command layer, the page's server) can read them cheaply.
 """
 
@@ -32,6 +38,16 @@ PRE_NORM = (NORM1, ATTENTION, RESIDUAL1, NORM2, HIDDEN, FFN, OUTPUT)
 POST_NORM = (ATTENTION, RESIDUAL1, NORM1, HIDDEN, FFN, RESIDUAL2, NORM2, OUTPUT)
 BLOCK_STAGES = {"pre": PRE_NORM, "post": POST_NORM}
 
+# Attention Residuals (`[model] residual = "attention"`): each sublayer reads a learned mix over depth
+# (`read1`, `read2`, their weights recorded just before them like attention's), and adds to no stream,
+# so a block has no `residual1` and no `output`: what it leaves is its two sublayers' outputs.
+DEPTH_WEIGHTS1 = "depth_weights1"
+READ1 = "read1"
+DEPTH_WEIGHTS2 = "depth_weights2"
+READ2 = "read2"
+DEPTH_READ = (READ1, NORM1, ATTENTION, READ2, NORM2, HIDDEN, FFN)
+DEPTH_WEIGHTS = {READ1: DEPTH_WEIGHTS1, READ2: DEPTH_WEIGHTS2}  # recorded just before the mix they make
+
 # inside attention: recorded just before `attention` (its weights), and replaceable only (`heads`)
 ATTENTION_WEIGHTS = "attention_weights"
 HEADS = "heads"
@@ -49,6 +65,8 @@ ROTATED = (ROTATED_QUERY, ROTATED_KEY)
 INPUT = "input"
 FINAL_NORM = "final_norm"
 LOGITS = "logits"
+FINAL_DEPTH_WEIGHTS = "final_depth_weights"  # Attention Residuals: the final norm's read over depth
+FINAL_READ = "final_read"
 
 # The two sublayer updates that an intervention may scale (each is added to the residual stream).
 SCALABLE = (ATTENTION, FFN)
@@ -63,27 +81,29 @@ RESIDUAL_ADDS = {
 
 # Stages a block without an FFN (`[model] ffn_hidden = 0`) does not compute: absent, not zero. Its
 # `output` is then what the attention sublayer leaves: `residual1` (pre-norm) or `norm1` (post-norm).
-FFN_STAGES = (NORM2, HIDDEN, FFN, RESIDUAL2)
+FFN_STAGES = (READ2, NORM2, HIDDEN, FFN, RESIDUAL2)
 
 
-def block_stages(norm_position: str, ffn: bool = True) -> tuple[str, ...]:
-    """A block's stages in the order it computes them: PRE_NORM or POST_NORM, less FFN_STAGES
-    without an FFN (`ffn` False)."""
+def block_stages(norm_position: str, ffn: bool = True, depth: bool = False) -> tuple[str, ...]:
+    """A block's stages in the order it computes them: PRE_NORM or POST_NORM (DEPTH_READ with
+    Attention Residuals, `depth`), less FFN_STAGES without an FFN (`ffn` False)."""
     try:
         names = BLOCK_STAGES[norm_position]
     except KeyError:
         raise ValueError(f"norm_position {norm_position!r}: expected one of {', '.join(BLOCK_STAGES)}") from None
+    names = DEPTH_READ if depth else names
     return names if ffn else tuple(name for name in names if name not in FFN_STAGES)
 
 
 def of(cfg) -> dict:
     """The keyword arguments naming a config's stages: block_stages(**of(cfg)), recorded_names(n, **of(cfg))."""
-    return {"norm_position": cfg.norm_position, "ffn": cfg.ffn_hidden > 0}
+    return {"norm_position": cfg.norm_position, "ffn": cfg.ffn_hidden > 0, "depth": cfg.residual == "attention"}
 
 
-def residual_adds(norm_position: str, ffn: bool = True, residual: bool = True) -> dict[str, str]:
-    """RESIDUAL_ADDS for a model as built: none without the residual, the FFN's none without an FFN."""
-    if not residual:
+def residual_adds(norm_position: str, ffn: bool = True, depth: bool = False, residual: bool = True) -> dict[str, str]:
+    """RESIDUAL_ADDS for a model as built: none without the residual (or with Attention Residuals,
+    `depth`, which adds nothing to a stream), the FFN's none without an FFN."""
+    if not residual or depth:
         return {}
     adds = dict(RESIDUAL_ADDS.get(norm_position, {}))
     return adds if ffn else {k: v for k, v in adds.items() if k == RESIDUAL1}
@@ -105,16 +125,20 @@ def block_name(index: int, stage: str) -> str:
     return f"{block_prefix(index)}.{stage}"
 
 
-def recorded_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[str, ...]:
+def recorded_names(n_layer: int, norm_position: str, ffn: bool = True, depth: bool = False) -> tuple[str, ...]:
     """Every name a recorded forward pass holds, in the order the pass records them: `input`, each
-    block's stages (its attention weights just before `attention`), `final_norm`, `logits`."""
+    block's stages (its attention weights just before `attention`, its depth weights just before
+    each read), `final_norm`, `logits` (after `final_depth_weights` and `final_read`, with `depth`)."""
     names = [INPUT]
     for i in range(n_layer):
-        for stage in block_stages(norm_position, ffn):
+        for stage in block_stages(norm_position, ffn, depth):
             if stage == ATTENTION:
                 names.append(block_name(i, ATTENTION_WEIGHTS))
+            if stage in DEPTH_WEIGHTS:
+                names.append(block_name(i, DEPTH_WEIGHTS[stage]))
             names.append(block_name(i, stage))
-    return (*names, FINAL_NORM, LOGITS)
+    final = (FINAL_DEPTH_WEIGHTS, FINAL_READ) if depth else ()
+    return (*names, *final, FINAL_NORM, LOGITS)
 
 
 def rotated_names(n_layer: int) -> tuple[str, ...]:
@@ -122,8 +146,10 @@ def rotated_names(n_layer: int) -> tuple[str, ...]:
     return tuple(block_name(i, stage) for i in range(n_layer) for stage in ROTATED)
 
 
-def replaceable_names(n_layer: int, norm_position: str, ffn: bool = True) -> tuple[str, ...]:
+def replaceable_names(n_layer: int, norm_position: str, ffn: bool = True, depth: bool = False) -> tuple[str, ...]:
     """Every name a replacement may target: the recorded ones, each block's `pre_activation` (with an
     FFN) and each block's `heads`."""
     inner = tuple(block_name(i, PRE_ACTIVATION) for i in range(n_layer)) if ffn else ()
-    return recorded_names(n_layer, norm_position, ffn) + inner + tuple(block_name(i, HEADS) for i in range(n_layer))
+    return (
+        recorded_names(n_layer, norm_position, ffn, depth) + inner + tuple(block_name(i, HEADS) for i in range(n_layer))
+    )

@@ -27,7 +27,11 @@ _NOT_IDENTITY = {
         "data",
         "out",
         "device",
+        # How many threads, and whether they are timed: they change the last bits of a run, not what
+        # it computes, and a resume on another machine may need others (threads = 0 resumes at the
+        # count its checkpoint records).
         "threads",
+        "adaptive_threads",
         "log_interval",
         "eval_interval",
         "checkpoint_interval",

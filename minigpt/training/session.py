@@ -124,7 +124,7 @@ class Session:
     world: World = field(default_factory=World)  # this process's place in a data-parallel run
     forward_model: Any = None  # what the step calls: the model, or its DistributedDataParallel wrapper
     origin: Origin | None = None  # the run a fine-tune started from; None for fresh weights
-    threads: int | None = None  # with [train] threads = 0 on a CPU: the count chosen by timing (threads.py)
+    threads: int | None = None  # with [train] threads = 0 on a CPU: the count the run trains at, recorded
 
     def close(self) -> None:
         """Release the run folder for the next writer."""
@@ -330,7 +330,7 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
 
 
 # What each machine of a data-parallel run may set for itself; every other key must be rank 0's.
-PER_MACHINE = {("train", k) for k in ("data", "out", "device", "threads")}
+PER_MACHINE = {("train", k) for k in ("data", "out", "device", "threads", "adaptive_threads")}
 
 
 def shared_settings(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -379,6 +379,14 @@ def _prepare(
     said = chosen_optimizer(session.model, tc, corpus.row_tokens(cfg.model.context))[1]
     if said:
         notes.append(f"note: {said}")
+    here = default_threads()
+    if session.resumed and session.threads not in (None, here) and not tc.adaptive_threads:
+        # A run from a machine with other cores: bitwise by default, and the user may prefer speed.
+        notes.append(
+            f"note: continuing on the {session.threads} thread{'s' if session.threads != 1 else ''} this run "
+            f"trained at (one per core here: {here}), so that it computes what the run would have; set "
+            f"train.threads={here} to trade that for speed"
+        )
     if tc.warmup_steps >= tc.steps:
         notes.append(
             f"note: warmup_steps = {tc.warmup_steps} is not below steps = {tc.steps}, so the learning "
@@ -404,13 +412,18 @@ def _build_checked(
     check_memory(cfg, model_rows(corpus, payload, weights), device)
     use_threads(cfg.train.threads)
     session = build(cfg, corpus, device, payload, world, weights=weights, origin=origin, parts=parts)
-    cores = default_threads()
-    if cfg.train.threads == 0 and device == "cpu" and not world.distributed and cores > 1:
+    if cfg.train.threads == 0 and device == "cpu" and not world.distributed:
+        # The count changes the last bits of every step, so a run keeps one: one per core, or the
+        # count its checkpoint records (even on a machine with other cores: bitwise over speed), or
+        # with adaptive_threads the count timed fastest, which the trainer may change (threads.py).
+        cores = default_threads()
         if payload is not None and "threads" in payload:
             session.threads = payload["threads"]
             torch.set_num_threads(session.threads)
-        else:
+        elif cfg.train.adaptive_threads and cores > 1:
             session.threads = threads.choose(session.model, session.val_windows[0], session.precision, cores)
+        else:
+            session.threads = cores
     return session
 
 

@@ -1,4 +1,5 @@
-"""How many CPU threads training uses when `[train] threads = 0`: chosen by timing, not assumed.
+"""How many CPU threads training uses with `[train] adaptive_threads = true` (and `threads = 0`):
+chosen by timing, not assumed. Without it, `threads = 0` is one thread per core for the whole run.
 
 A step on all cores waits, at every operation, for its slowest thread; when another program keeps
 one core busy, the thread sharing that core runs at half speed and the whole step with it, so fewer
@@ -9,8 +10,11 @@ times the candidates again when steps slow down (something else started) or, on 
 cores, every minute (it may have stopped).
 
 The thread count changes the order of float additions inside matmuls (the last bits of a weight),
-so the count a run trains at is recorded in every checkpoint and a resume continues at it. A fixed
-`threads = N` is never changed: two fresh runs of it compute bitwise the same.
+so the count a run trains at is recorded in every checkpoint and a resume continues at it. That is
+why timing is opt-in: which count wins, and when a switch happens, depends on the machine's load
+at that moment, so two fresh runs, or a run killed and resumed (each process times for itself and
+switches at other steps), compute other bits. A fixed `threads = N`, and `threads = 0` without adaptive_threads,
+never change: two fresh runs compute bitwise the same, and so does a resumed one.
 """
 
 from __future__ import annotations

@@ -214,7 +214,9 @@ class Trainer:
                 last_val = evaluate(s.model, s.val_windows, s.corpus.val_tokens_per_byte, s.world)
                 self._emit("on_eval", EvalDone(0, **last_val))
             s.model.train()
-            watch = Watch(s.threads, default_threads()) if s.threads is not None else None
+            # adaptive_threads alone times the count again: a switch changes the last bits from there on.
+            adaptive = tc.adaptive_threads and s.threads is not None and default_threads() > 1
+            watch = Watch(s.threads, default_threads()) if adaptive else None
             while s.step < tc.steps:
                 step_started = time.perf_counter()
                 loss, lr = self.train_step()

@@ -1,0 +1,290 @@
+"""The two experiments of docs/guide/depth.md, run as a learner runs them: every model trained by
+`minigpt sweep` (or `minigpt train`) from a shipped config, every figure of the sweep drawn by
+`minigpt plot`, on this machine, in one go. Writes the guide's figures (docs/depth-*.png) and every
+number it quotes (runs/depth-experiments.json), and prints the tables.
+
+    python scripts/depth_experiments.py             about an hour on a 2-core laptop CPU
+    python scripts/depth_experiments.py --again     figures and numbers again from the runs
+    python scripts/depth_experiments.py --out DIR   the runs go to DIR (default: runs/)
+
+Rerunning continues where it stopped: each sweep skips its finished cells (minigpt sweep resumes).
+
+1. Norm placement (c21's question): pre- and post-norm at width 64, depths 2 to 32, AdamW at a fixed
+   learning rate (1e-2, no decay), no clipping; without warmup, then with 50 warmup steps; two seeds.
+   A cell "diverged" by the sweep's rule (non-finite, or a loss above 2 ln V), and "failed to train"
+   when its final validation loss is not below the unigram loss (what a model that ignores the
+   context reaches): the depth at which each setting first does either is the answer.
+2. Attention Residuals beside the ordinary residual at 12 and 24 blocks on Tiny Shakespeare: at
+   equal steps, and the ordinary residual again at the steps that take it as long as Attention
+   Residuals took (equal wall time, from the sweep's own wall times). For each model: the
+   validation loss, the size of what each block's first norm reads (the paper's hidden-state
+   growth), each layer's depth weights, and each block's gradient norm over the last logged steps.
+Nothing here belongs in the test suite (tests/test_sweep.py and tests/test_attention_residuals*.py
+hold the checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+CORPUS = ROOT / "data" / "tinyshakespeare.txt"
+
+NORM_GRID = [
+    "--grid", "model.n_layer=2,4,8,16,32",
+    "--grid", "model.norm_position=pre,post",
+    "--grid", "train.warmup_steps=0,50",
+    "--seeds", "2",
+]  # fmt: skip
+RESIDUAL_GRID = ["--grid", "model.residual=true,attention", "--grid", "model.n_layer=12,24"]
+NORM_CONFIG = ROOT / "configs" / "depth" / "norm-placement.toml"
+RESIDUAL_CONFIG = ROOT / "configs" / "depth" / "attention-residuals.toml"
+RESIDUAL_STEPS = 300  # the config's steps
+
+
+def minigpt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, "-m", "minigpt", *args]
+    print("$ minigpt " + " ".join(args), flush=True)
+    done = subprocess.run(command, text=True, env=env, capture_output=True, cwd=cwd)
+    if done.returncode != 0:
+        raise SystemExit(f"depth_experiments: minigpt {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done
+
+
+def cells(sweep: Path) -> list[dict]:
+    """The sweep's finished cells (sweep.jsonl), each with `run`: its run folder."""
+    records = [json.loads(line) for line in (sweep / "sweep.jsonl").read_text().splitlines() if line.strip()]
+    return [{**record, "run": str(sweep / record["cell"])} for record in records]
+
+
+def unigram_loss() -> float:
+    """Nats per character of the validation tail (the last 10%) under the training part's character
+    frequencies: the loss of a model that ignores the context, the line a model must get under."""
+    text = CORPUS.read_text(encoding="utf-8")
+    cut = int(len(text) * 0.9)
+    counts = Counter(text[:cut])
+    total = sum(counts.values())
+    tail = text[cut:]
+    return -sum(math.log(counts.get(c, 1) / total) for c in tail) / len(tail)
+
+
+# ---------------------------------------------------------------- 1. norm placement
+
+
+def norm_placement(out: Path, again: bool) -> dict:
+    sweep = out / "norm-placement"
+    if not again:
+        minigpt("sweep", "-c", str(NORM_CONFIG), *NORM_GRID, "--out", str(sweep))
+    # from the sweep's parent, so that the figure's title names the sweep, not this machine's path
+    minigpt("plot", sweep.name, "--against", "model.n_layer", "-o", str(DOCS / "depth-norm-placement.png"), cwd=out)
+    baseline = unigram_loss()
+    table: dict[tuple[str, int], dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for cell in cells(sweep):
+        grid = cell["values"]
+        key = (grid["model.norm_position"], grid["train.warmup_steps"])
+        table[key][grid["model.n_layer"]].append(cell)
+    rows, first_failure = {}, {}
+    for (position, warmup), by_depth in sorted(table.items()):
+        name = f"{position}-norm, warmup {warmup}"
+        rows[name] = {}
+        for depth, runs in sorted(by_depth.items()):
+            losses = [run["final_val_loss"] for run in runs]
+            states = [_state(run, baseline) for run in runs]
+            first_grads = [_first_grads(Path(run["run"])) for run in runs]
+            rows[name][depth] = {
+                "final_val_loss": losses,
+                "states": states,
+                "wall_s": [run["wall_s"] for run in runs],
+                # each block's gradient norm at the first logged step (step 10): block 0's and the last's
+                "grad_block0_step10": [g[0] for g in first_grads],
+                "grad_last_block_step10": [g[-1] for g in first_grads],
+            }
+            if name not in first_failure and any(state != "trained" for state in states):
+                first_failure[name] = depth
+        first_failure.setdefault(name, None)
+    return {"unigram_loss": baseline, "cells": rows, "first_failure": first_failure}
+
+
+def _first_grads(run_dir: Path) -> list[float]:
+    """Each block's gradient norm at the run's first logged step (metrics.jsonl's block_grad_norms)."""
+    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    return first["block_grad_norms"]
+
+
+def _state(cell: dict, baseline: float) -> str:
+    if cell.get("diverged_at") is not None:
+        return f"diverged ({cell['diverged_by']}) at step {cell['diverged_at']}"
+    loss = cell.get("final_val_loss")
+    return "trained" if loss is not None and loss < baseline else "failed to train"
+
+
+# ---------------------------------------------------------------- 2. Attention Residuals
+
+
+def attention_residuals(out: Path, again: bool) -> dict:
+    sweep = out / "attention-residuals"
+    if not again:
+        minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *RESIDUAL_GRID, "--out", str(sweep))
+    by_cell = {(c["values"]["model.residual"], c["values"]["model.n_layer"]): c for c in cells(sweep)}
+    runs, results = {}, {}
+    for depth in (12, 24):
+        ordinary, attention = by_cell[(True, depth)], by_cell[("attention", depth)]
+        runs[f"residual, {depth} blocks"] = Path(ordinary["run"])
+        runs[f"attention residuals, {depth} blocks"] = Path(attention["run"])
+        # equal wall time: the ordinary residual for as long as Attention Residuals trained
+        steps = round(RESIDUAL_STEPS * attention["wall_s"] / ordinary["wall_s"])
+        timed = out / "attention-residuals-time" / f"n_layer={depth}"
+        if not again and not (timed / "checkpoint.pt").exists():
+            minigpt("train", "-c", str(RESIDUAL_CONFIG), "--set", "model.residual=true", "--set",
+                    f"model.n_layer={depth}", "--steps", str(steps), "--out", str(timed))  # fmt: skip
+        runs[f"residual, {depth} blocks, {steps} steps (equal time)"] = timed
+        results[depth] = {"step_time_ratio": attention["wall_s"] / ordinary["wall_s"], "equal_time_steps": steps}
+    measured = {name: measure(path) for name, path in runs.items()}
+    figures(measured)
+    return {"by_depth": results, "runs": {name: str(path) for name, path in runs.items()}, "measured": measured}
+
+
+def measure(run_dir: Path) -> dict:
+    """One run's numbers: its last validation loss, the norm of what each block's first norm reads
+    (ordinary: the stream entering the block; Attention Residuals: read1), mean over 16 validation
+    windows' positions, each layer's mean depth weights, and each block's gradient norm over the
+    last five logged steps."""
+    import torch
+
+    import minigpt
+    from minigpt.api.reading import metrics
+    from minigpt.model import stages
+    from minigpt.model.recorder import Recorder
+
+    run = minigpt.load(run_dir)
+    text = CORPUS.read_text(encoding="utf-8")
+    ids = run.tokenizer.encode(text[int(len(text) * 0.9) :])
+    context = run.cfg.model.context
+    windows = torch.tensor([ids[i * context : (i + 1) * context] for i in range(16)])
+    recorder = Recorder(run.cfg.model)
+    with torch.no_grad():
+        run.model(windows, recorder=recorder)
+    n_layer = run.cfg.model.n_layer
+    depth = run.cfg.model.residual == "attention"
+
+    def size(name: str) -> float:
+        return float(recorder[name].norm(dim=-1).mean())
+
+    if depth:
+        reads = [size(stages.block_name(i, stages.READ1)) for i in range(n_layer)]
+        weights = []
+        for i in range(n_layer):
+            for stage in (stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2):
+                weights.append(recorder[stages.block_name(i, stage)].mean(dim=(0, 1)).tolist())
+        weights.append(recorder[stages.FINAL_DEPTH_WEIGHTS].mean(dim=(0, 1)).tolist())
+    else:
+        reads = [size(stages.INPUT)] + [size(stages.block_name(i, stages.OUTPUT)) for i in range(n_layer - 1)]
+        weights = None
+    logged = metrics(run_dir)
+    grads = [record["block_grad_norms"] for record in logged["train"] if "block_grad_norms" in record][-5:]
+    grad_norms = [sum(g[i] for g in grads) / len(grads) for i in range(n_layer)]
+    elapsed = {record["step"]: record["elapsed_s"] for record in logged["train"]}
+    return {
+        # (step, seconds since training began, validation loss) at each evaluation
+        "val_curve": [(r["step"], elapsed.get(r["step"]), r["val_loss"]) for r in logged["eval"] if r["step"]],
+        "val_loss": logged["eval"][-1]["val_loss"],
+        "read_norm": reads,
+        "depth_weights": weights,
+        "grad_norm": grad_norms,
+    }
+
+
+def figures(measured: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, m in measured.items():
+        style = "-" if name.startswith("attention") else ":" if "equal time" in name else "--"
+        steps, seconds, losses = zip(*m["val_curve"])
+        left.plot(steps, losses, style, marker="o", label=name)
+        right.plot(seconds, losses, style, marker="o", label=name)
+    left.set(xlabel="step", ylabel="validation loss (nats/character)", title="at equal steps")
+    right.set(xlabel="seconds of training", title="at equal wall time")
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "depth-attention-residuals-curves.png", dpi=110)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, m in measured.items():
+        if "equal time" in name:
+            continue
+        style = "-" if name.startswith("attention") else "--"
+        left.plot(range(len(m["read_norm"])), m["read_norm"], style, label=name)
+        right.plot(range(len(m["grad_norm"])), m["grad_norm"], style, label=name)
+    left.set(xlabel="block", ylabel="mean L2 norm of what norm1 reads", title="hidden-state size by block")
+    right.set(xlabel="block", ylabel="gradient norm (last 5 logged steps)", title="gradient by block", yscale="log")
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "depth-attention-residuals-norms.png", dpi=110)
+    plt.close(fig)
+
+    heat = {name: m["depth_weights"] for name, m in measured.items() if m["depth_weights"]}
+    fig, axes = plt.subplots(1, len(heat), figsize=(6 * len(heat), 5))
+    for ax, (name, rows) in zip(axes, heat.items()):
+        width = len(rows[-1])
+        grid = [row + [float("nan")] * (width - len(row)) for row in rows]
+        image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+        ax.set(
+            xlabel="source (0: embedding, then each sublayer's output)", ylabel="layer (last: final norm)", title=name
+        )
+        fig.colorbar(image, ax=ax, label="mean depth weight")
+    fig.tight_layout()
+    fig.savefig(DOCS / "depth-attention-residuals-weights.png", dpi=110)
+    plt.close(fig)
+
+
+def summary(measured: dict) -> dict:
+    """The paper's two findings, as numbers: the weight each layer puts on its predecessor (the
+    source just before it) and on the embedding, averaged over the layers past the first."""
+    out = {}
+    for name, m in measured.items():
+        rows = m["depth_weights"]
+        if not rows:
+            continue
+        later = rows[1:]
+        out[name] = {
+            "predecessor": sum(row[-1] for row in later) / len(later),
+            "embedding": sum(row[0] for row in later) / len(later),
+            "uniform": sum(1 / len(row) for row in later) / len(later),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs")
+    parser.add_argument("--again", action="store_true", help="figures and numbers again from the runs")
+    parser.add_argument("--only", choices=("norm", "residuals"), help="one experiment")
+    args = parser.parse_args()
+    results_file = args.out / "depth-experiments.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    if args.only in (None, "norm"):
+        results["norm_placement"] = norm_placement(args.out, args.again)
+    if args.only in (None, "residuals"):
+        results["attention_residuals"] = attention_residuals(args.out, args.again)
+        results["attention_residuals"]["depth_reads"] = summary(results["attention_residuals"]["measured"])
+    results_file.parent.mkdir(parents=True, exist_ok=True)
+    results_file.write_text(json.dumps(results, indent=1))
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
