@@ -151,13 +151,12 @@ def order_experiment(out: Path, report: dict, figures: Path) -> None:
                     max(abs(x - y) for s in base[b] for x, y in zip(base[b][s], blocks[b]["stages"][s])),
                 )
         report[name]["permuted_prefix_largest_change"] = {f"block {b}": v for b, v in moved.items()}
-    minigpt(
-        "plot",
-        str(run_dir(out, "reverse")),
-        str(run_dir(out, "reverse-no-positions")),
-        "-o",
-        str(figures / "remove-order.png"),
-    )
+    compare(out, figures / "remove-order.png", "reverse", "reverse-no-positions")
+
+
+def compare(out: Path, png: Path, *names: str) -> None:
+    """`minigpt plot` of the named runs' curves, overlaid, into `png`."""
+    minigpt("plot", *(str(run_dir(out, name)) for name in names), "-o", str(png))
 
 
 def processing_experiment(out: Path, report: dict, figures: Path) -> None:
@@ -165,13 +164,7 @@ def processing_experiment(out: Path, report: dict, figures: Path) -> None:
         report[name]["parameters"] = parameters(out, name)
     for name in ("add", "add-attention-only"):
         report[name]["accuracy"] = accuracy(out, name)
-    minigpt(
-        "plot",
-        str(run_dir(out, "default")),
-        str(run_dir(out, "attention-only")),
-        "-o",
-        str(figures / "remove-processing.png"),
-    )
+    compare(out, figures / "remove-processing.png", "default", "attention-only")
 
 
 def depth_experiment(out: Path, report: dict, figures: Path) -> None:
@@ -189,13 +182,7 @@ def depth_experiment(out: Path, report: dict, figures: Path) -> None:
             "top_output_norm": blocks[-1]["stages"]["output"]["norm"],
             "bottom_over_top": blocks[0]["input"]["norm"] / blocks[-1]["stages"]["output"]["norm"],
         }
-    minigpt(
-        "plot",
-        str(run_dir(out, "deep")),
-        str(run_dir(out, "deep-no-residual")),
-        "-o",
-        str(figures / "remove-depth.png"),
-    )
+    compare(out, figures / "remove-depth.png", "deep", "deep-no-residual")
 
 
 def size_experiment(out: Path, report: dict, figures: Path) -> None:
