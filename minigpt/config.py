@@ -142,6 +142,16 @@ class ModelConfig:
         choices=("none", *EXERCISE_MODEL),
     )
 
+    @property
+    def layers(self) -> int:
+        """The layers Attention Residuals counts: every attention and every FFN sublayer, in order."""
+        return self.n_layer * (2 if self.ffn_hidden > 0 else 1)
+
+    @property
+    def layers_per_residual_block(self) -> int:
+        """Attention Residuals: the layers whose outputs one block sums (1: the full form)."""
+        return self.layers // (self.attention_residual_blocks or self.layers)
+
 
 # [model] keys added after checkpoints were first written: one stored without them was trained with
 # their defaults, which is what every earlier model computed.
@@ -549,7 +559,7 @@ def _cross_checks(cfg: Config) -> None:
             value=m.attention_residual_blocks,
             residual=_toml_value(m.residual),
         )
-    layers = m.n_layer * (2 if m.ffn_hidden > 0 else 1)  # every attention and every FFN is one layer
+    layers = m.layers  # every attention and every FFN is one layer
     if m.attention_residual_blocks and layers % m.attention_residual_blocks:
         raise ConfigError(
             "{where}: [model] attention_residual_blocks = {value} does not divide the model's {layers} layers "

@@ -170,8 +170,7 @@ def depth_reads(cfg: ModelConfig) -> list[int]:
     a model with a residual stream, or without one."""
     if cfg.residual != "attention":
         return []
-    layers = cfg.n_layer * (2 if cfg.ffn_hidden else 1)
-    per_group = layers // (cfg.attention_residual_blocks or layers)
+    layers, per_group = cfg.layers, cfg.layers_per_residual_block
     reads = []
     for done in range(layers + 1):  # the layers computed before each read
         finished, partial = divmod(done, per_group)

@@ -248,8 +248,8 @@ class MiniGPT(nn.Module):
         self.recompute = False
         if cfg.residual == "attention":  # the final norm reads a mix over depth too, with its own query
             self.final_depth = DepthAttention(cfg.n_embd)
-            self.layers = cfg.n_layer * (2 if cfg.ffn_hidden > 0 else 1)  # every attention and FFN
-            self.per_block = self.layers // (cfg.attention_residual_blocks or self.layers)  # outputs summed per block
+            self.layers = cfg.layers  # every attention and FFN
+            self.per_block = cfg.layers_per_residual_block  # outputs summed per block
         self.final_norm = make_norm(cfg, substitute=parts.norm)
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         if cfg.tie_embeddings:
