@@ -91,7 +91,7 @@ class ModelConfig:
     )
     n_layer: int = _spec(4, "number of transformer blocks", minimum=1)
     n_head: int = _spec(4, "attention heads per block", minimum=1)
-    n_embd: int = _spec(128, "model width C (a multiple of n_head)", minimum=1)
+    n_embd: int = _spec(128, "model width C (a multiple of n_head, unless head_width is set)", minimum=1)
     ffn_hidden: int = _spec(512, "hidden width F of the position-wise FFN (0: no FFN, attention only)", minimum=0)
     norm_eps: float = _spec(1e-5, "epsilon added to the variance inside each norm", positive=True)
     dropout: float = _spec(
@@ -109,6 +109,23 @@ class ModelConfig:
         choices=("relu", "gelu", "gelu_tanh", "swiglu"),
     )
     bias: bool = _spec(True, "biases in the linear layers and in LayerNorm (RMSNorm has none)")
+    qkv_bias: bool = _spec(
+        False, "biases on W_Q, W_K and W_V even with bias = false (Qwen2's attention; Llama's attention_bias)"
+    )
+    out_bias: bool = _spec(False, "a bias on W_O even with bias = false (Llama's attention_bias)")
+    ffn_bias: bool = _spec(False, "biases on the FFN's W1 and W2 even with bias = false (Llama's mlp_bias)")
+    n_kv_head: int = _spec(
+        0,
+        "key and value heads (grouped-query attention): each is read by n_head / n_kv_head query heads; "
+        "0: n_head, one key and value head per query head (multi-head attention)",
+        minimum=0,
+    )
+    head_width: int = _spec(
+        0,
+        "width d of each attention head; 0: n_embd / n_head (set it where a model's heads are narrower or "
+        "wider than that, as some imported ones are)",
+        minimum=0,
+    )
     tie_embeddings: bool = _spec(False, "share the token table with the vocabulary head")
     dtype: str = _spec("float32", "parameter dtype; float64 for exact teaching runs", choices=("float32", "float64"))
     positions: str = _spec(
@@ -122,6 +139,23 @@ class ModelConfig:
         10000.0,
         "rope's base: dimension pair i of a head rotates at rope_theta^(-2i/d) radians a position",
         positive=True,
+    )
+    rope_scaling: str = _spec(
+        "",
+        "the model's own rope scaling rule, always applied (an imported model's rope_scaling, e.g. "
+        "llama3:32,original_context=8192); empty: none. Reading past the trained length is chosen per command instead",
+    )
+    rope_angles: str = _spec(
+        "dtype",
+        "the arithmetic of rope's angles: dtype (the model's: a float64 model's rope is exact) or float32 "
+        "(transformers', so an imported model computes what transformers computes)",
+        choices=("dtype", "float32"),
+    )
+    sliding_window: int = _spec(
+        0,
+        "attention reads at most this many keys back (Mistral's sliding_window); minigpt refuses texts longer "
+        "than it rather than compute another attention; 0: no window",
+        minimum=0,
     )
     residual: bool | str = _spec(
         True,
@@ -143,6 +177,21 @@ class ModelConfig:
     )
 
     @property
+    def kv_heads(self) -> int:
+        """Key and value heads: n_kv_head, or n_head when it is 0 (multi-head attention)."""
+        return self.n_kv_head or self.n_head
+
+    @property
+    def head_size(self) -> int:
+        """d, the width of one attention head: head_width, or n_embd / n_head when it is 0."""
+        return self.head_width or self.n_embd // self.n_head
+
+    def biased(self, part: str) -> bool:
+        """Whether linear part `part` (qkv, out, W1, W2) has a bias: bias, or its own switch."""
+        own = {"qkv": self.qkv_bias, "out": self.out_bias, "W1": self.ffn_bias, "W2": self.ffn_bias}[part]
+        return self.bias or own
+
+    @property
     def layers(self) -> int:
         """The layers Attention Residuals counts: every attention and every FFN sublayer, in order."""
         return self.n_layer * (2 if self.ffn_hidden > 0 else 1)
@@ -155,7 +204,21 @@ class ModelConfig:
 
 # [model] keys added after checkpoints were first written: one stored without them was trained with
 # their defaults, which is what every earlier model computed.
-LATER_MODEL_KEYS = ("positions", "residual", "exercise", "rope_theta", "attention_residual_blocks")
+LATER_MODEL_KEYS = (
+    "positions",
+    "residual",
+    "exercise",
+    "rope_theta",
+    "attention_residual_blocks",
+    "qkv_bias",
+    "out_bias",
+    "ffn_bias",
+    "n_kv_head",
+    "head_width",
+    "rope_scaling",
+    "rope_angles",
+    "sliding_window",
+)
 # The same for [train]: a run trained before tasks existed trained on text, task = "none".
 LATER_TRAIN_KEYS = (
     "task",
@@ -518,7 +581,7 @@ def _is_text_key(section: str, key: str) -> bool:
 def _cross_checks(cfg: Config) -> None:
     where = cfg.source
     m, t, tr = cfg.model, cfg.tokenizer, cfg.train
-    if m.n_embd % m.n_head:
+    if m.n_embd % m.n_head and not m.head_width:
         raise ConfigError(
             "{where}: [model] n_embd = {n_embd} is not divisible by n_head = {n_head}; choose n_embd a "
             "multiple of n_head (e.g. {value})",
@@ -527,13 +590,45 @@ def _cross_checks(cfg: Config) -> None:
             n_head=m.n_head,
             value=m.n_head * max(1, m.n_embd // m.n_head),
         )
-    if m.positions == "rope" and (m.n_embd // m.n_head) % 2:
+    if m.rope_scaling and m.positions != "rope":
         raise ConfigError(
-            '{where}: [model] positions = "rope" with heads of width {value} (n_embd / n_head) is refused: rope '
-            "rotates a head's coordinates in pairs, so a head's width must be even; choose n_embd and n_head so "
-            "that n_embd / n_head is even",
+            '{where}: [model] rope_scaling = "{given}" is given with positions = "{positions}"; it scales rotary '
+            'positions, so use it with positions = "rope" or leave it empty',
             where=where,
-            value=m.n_embd // m.n_head,
+            given=m.rope_scaling,
+            positions=m.positions,
+        )
+    if m.n_head % m.kv_heads:
+        raise ConfigError(
+            "{where}: [model] n_kv_head = {given} does not divide n_head = {n_head}; each key and value head is "
+            "shared by an equal group of query heads, so choose n_kv_head a divisor of n_head (e.g. 1 or {n_head})",
+            where=where,
+            given=m.n_kv_head,
+            n_head=m.n_head,
+        )
+    if m.positions == "rope" and m.head_size % 2:
+        raise ConfigError(
+            '{where}: [model] positions = "rope" with heads of width {value} (head_width, or n_embd / n_head) is '
+            "refused: rope rotates a head's coordinates in pairs, so a head's width must be even; choose n_embd "
+            "and n_head so that n_embd / n_head is even, or an even head_width",
+            where=where,
+            value=m.head_size,
+        )
+    if (m.n_kv_head or m.head_width) and m.exercise in ("attention", "block"):
+        raise ConfigError(
+            '{where}: [model] exercise = "{exercise}" with n_kv_head or head_width set is refused: the exercise\'s '
+            "attention has one key and value head per query head, each n_embd / n_head wide; leave both at 0 with it",
+            where=where,
+            exercise=m.exercise,
+        )
+    if m.exercise == "attention" and m.biased("qkv") != m.biased("out"):
+        raise ConfigError(
+            '{where}: [model] exercise = "attention" with qkv_bias = {qkv} and out_bias = {out} (bias = false) is '
+            "refused: the exercise's attention takes one bias switch for W_Q, W_K, W_V and W_O together; set "
+            "qkv_bias and out_bias alike with it",
+            where=where,
+            qkv=str(m.qkv_bias).lower(),
+            out=str(m.out_bias).lower(),
         )
     if m.positions in ("rope", "alibi") and m.exercise in ("attention", "block"):
         raise ConfigError(

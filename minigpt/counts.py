@@ -7,6 +7,12 @@ and no torch is imported. The formulas are written in the model's sizes:
     D  the width (n_embd)            F  the FFN's hidden width (ffn_hidden)
     V  the vocabulary (rows of the token table and of the head)
     context  the rows of the position table     T  the positions a pass reads (flops.py)
+    d  one attention head's width (head_width, or D / n_head)
+
+Attention's four matrices are D² each while its heads split the width (n_head d = D) and every
+query head has its own key and value head; otherwise (grouped-query attention, `[model]
+n_kv_head`, or a `head_width` of its own) they are written in Dd with the heads as coefficients:
+W_Q and W_O n_head Dd, W_K and W_V n_kv_head Dd each.
 
 A formula is kept as its terms (4D² + 4D is {D²: 4, D: 4}), so a sum of parts has a formula too,
 and every count shown is its formula's value: the two cannot disagree.
@@ -20,9 +26,9 @@ from dataclasses import dataclass
 from .config import ModelConfig
 
 # The symbols a formula is written in, in the order it lists them.
-TERMS = ("D²", "DF", "VD", "context·D", "TD", "F", "D")
-# The terms that are weight matrices inside a block: D² (attention's four) and DF (the FFN's two).
-MATRIX_TERMS = ("D²", "DF")
+TERMS = ("D²", "Dd", "DF", "VD", "context·D", "TD", "Td", "F", "D", "d")
+# The terms that are weight matrices inside a block: D² or Dd (attention's four) and DF (the FFN's two).
+MATRIX_TERMS = ("D²", "Dd", "DF")
 
 
 @dataclass(frozen=True)
@@ -34,16 +40,20 @@ class Sizes:
     V: int
     context: int
     T: int
+    d: int = 0  # a head's width, where attention is written in Dd (grouped_attention); 0: not used
 
     def of(self, term: str) -> int:
         return {
             "D²": self.D * self.D,
+            "Dd": self.D * self.d,
             "DF": self.D * self.F,
             "VD": self.V * self.D,
             "context·D": self.context * self.D,
             "TD": self.T * self.D,
+            "Td": self.T * self.d,
             "F": self.F,
             "D": self.D,
+            "d": self.d,
         }[term]
 
 
@@ -55,7 +65,7 @@ class Formula:
 
     @staticmethod
     def of(**coefficients: int) -> Formula:
-        """Formula.of(DD=4, D=4): `DD` is D², `DF`, `VD`, `contextD`, `TD`, `F`, `D` the others."""
+        """Formula.of(DD=4, D=4): `DD` is D², `DF`, `VD`, `contextD`, `TD`, `Dd`, `Td`, `F`, `D`, `d` the others."""
         names = {"DD": "D²", "contextD": "context·D"}
         return Formula._normal({names.get(k, k): v for k, v in coefficients.items()})
 
@@ -145,7 +155,32 @@ class Counts:
 
 def sizes_of(cfg: ModelConfig, vocab_size: int, positions: int | None = None) -> Sizes:
     """The symbols' values for a model; `positions` (T) defaults to its context."""
-    return Sizes(cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, cfg.context if positions is None else positions)
+    T = cfg.context if positions is None else positions
+    return Sizes(cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, T, cfg.head_size if grouped_attention(cfg) else 0)
+
+
+def grouped_attention(cfg: ModelConfig) -> bool:
+    """Whether attention's matrices are written in Dd, not D²: grouped-query attention (fewer key and
+    value heads than query heads), or heads whose widths do not add up to D."""
+    return cfg.kv_heads != cfg.n_head or cfg.n_head * cfg.head_size != cfg.n_embd
+
+
+def attention_formulas(cfg: ModelConfig) -> dict[str, tuple[Formula, str]]:
+    """W_Q, W_K, W_V and W_O's parameters (and a few words): D² and D each where the heads split the
+    width and each has its own key and value head; otherwise n_head Dd for W_Q and W_O and n_kv_head
+    Dd for W_K and W_V, their biases n_head d, n_kv_head d and D (a bias where [model] gives that
+    part one: bias, qkv_bias, out_bias)."""
+    qkv, out = (1 if cfg.biased(part) else 0 for part in ("qkv", "out"))
+    if not grouped_attention(cfg):
+        return {name: (Formula.of(DD=1, D=qkv if name != "W_O" else out), "") for name in ("W_Q", "W_K", "W_V", "W_O")}
+    H, K = cfg.n_head, cfg.kv_heads
+    shared = f", each read by {H // K} query heads" if K != H else ""
+    return {
+        "W_Q": (Formula.of(Dd=H, d=H * qkv), f"{H} query heads of width d"),
+        "W_K": (Formula.of(Dd=K, d=K * qkv), f"{K} key head{'s' if K != 1 else ''}{shared}"),
+        "W_V": (Formula.of(Dd=K, d=K * qkv), f"{K} value head{'s' if K != 1 else ''}"),
+        "W_O": (Formula.of(Dd=H, D=out), f"reads the {H} heads, d columns each"),
+    }
 
 
 def norm_formula(cfg: ModelConfig) -> tuple[Formula, str]:
@@ -181,13 +216,13 @@ def depth_reads(cfg: ModelConfig) -> list[int]:
 def parameter_counts(cfg: ModelConfig, vocab_size: int) -> Counts:
     """MiniGPT(cfg, vocab_size)'s parameters by part, from the shapes model.py gives each layer;
     with Attention Residuals, each sublayer's pseudo-query (D) and the final norm's."""
-    bias = 1 if cfg.bias else 0
+    bias = 1 if cfg.biased("W1") else 0  # the FFN's: bias, or ffn_bias
     norm, norm_says = norm_formula(cfg)
     depth = cfg.residual == "attention"
     block = [Part("depth1.query", Formula.of(D=1), "attention's read over depth")] if depth else []
     block += [Part("norm1", norm, norm_says)] if norm.terms else []
-    for name in ("W_Q", "W_K", "W_V", "W_O"):
-        block.append(Part(f"attention.{name}", Formula.of(DD=1, D=bias)))
+    for name, (formula, says) in attention_formulas(cfg).items():
+        block.append(Part(f"attention.{name}", formula, says))
     if cfg.ffn_hidden:  # ffn_hidden = 0: no norm2 and no FFN at all
         widen = ffn_widen(cfg)
         block += [Part("depth2.query", Formula.of(D=1), "the FFN's read over depth")] if depth else []

@@ -31,27 +31,43 @@ def width_rows(residual: bool | str) -> int:
     return 12 + (2 if residual == "attention" else 0)
 
 
+def block_row_elements(cfg: ModelConfig) -> int:
+    """The numbers a block holds per position in its width-sized rows (`width_rows`), with q, k and v
+    as wide as they are: n_head d for the queries and n_kv_head d each for the keys and values
+    (grouped-query attention's are narrower), D each otherwise."""
+    d = cfg.head_size
+    return (width_rows(cfg.residual) - 3) * cfg.n_embd + (cfg.n_head + 2 * cfg.kv_heads) * d
+
+
 def forward_bytes(cfg: ModelConfig, vocab_size: int, positions: int, batch: int = 1, recorded: bool = False) -> int:
     """About what one forward pass over `positions` positions holds at once: per block and
     position the width-sized rows (stream, norms, q, k, v, attention, residuals) and the FFN's
     hidden rows, the attention scores and weights; the logits and their softmax. `recorded` (a
     trace): every block's stages are kept to the end, not only the current block's."""
-    C, F = cfg.n_embd, cfg.ffn_hidden
+    F = cfg.ffn_hidden
     widen = 2 if cfg.activation == "swiglu" else 1
-    per_block = width_rows(cfg.residual) * C + (widen + 1) * F + 2 * cfg.n_head * positions
+    per_block = block_row_elements(cfg) + (widen + 1) * F + 2 * cfg.n_head * positions
     blocks = cfg.n_layer if recorded else 1
     return batch * positions * (blocks * per_block + 2 * vocab_size) * DTYPE_BYTES[cfg.dtype]
+
+
+# The longest text `reading_bytes` sizes a pass for: an imported model's context may be 131,072
+# positions, whose attention weights alone would be hundreds of GiB, and a text is rarely that long.
+READ_WINDOW = 4096
 
 
 def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
     """About what loading a model and sampling one sample from it holds: the parameters twice (the
     model, and the checkpoint's tensors it is copied from; past the table, the folded copy that
     recomputes the window), a KV cache through the whole position table, a forward pass over the
-    whole table (the recompute past it), and the fixed margin. GPT-2 small sampling 1,100 tokens
+    whole table (the recompute past it), and the fixed margin; for a table longer than READ_WINDOW
+    positions, the cache and the pass of a READ_WINDOW-token text. The cache holds n_kv_head heads of
+    keys and values (grouped-query attention's is smaller). GPT-2 small sampling 1,100 tokens
     peaked at 2.05 GiB resident (the interpreter and torch's libraries included), 1.6 GiB estimated."""
     width = DTYPE_BYTES[cfg.dtype]
-    cache = 2 * cfg.n_layer * cfg.context * cfg.n_embd * width
-    window = forward_bytes(cfg, vocab_size, cfg.context)
+    positions = min(cfg.context, READ_WINDOW)
+    cache = 2 * cfg.n_layer * positions * cfg.kv_heads * cfg.head_size * width
+    window = forward_bytes(cfg, vocab_size, positions)
     return 2 * parameter_count(cfg, vocab_size) * width + cache + window + MARGIN
 
 
@@ -86,7 +102,7 @@ def training_memory(
     `recompute`: each block's input kept, and one block's activations at a time."""
     width = DTYPE_BYTES[cfg.dtype]
     hidden = cfg.ffn_hidden * (5 if cfg.activation == "swiglu" else 3)
-    block = width_rows(cfg.residual) * cfg.n_embd + hidden + 2 * cfg.n_head * cfg.context
+    block = block_row_elements(cfg) + hidden + 2 * cfg.n_head * cfg.context
     kept = cfg.n_layer * cfg.n_embd + block if recompute else cfg.n_layer * block
     per_position = kept + 3 * vocab_size
     activations = batch_size * cfg.context * per_position * width
@@ -113,10 +129,12 @@ def training_bytes(
 
 
 def lora_parameter_count(cfg: ModelConfig, rank: int, targets: str) -> int:
-    """The adapters' parameters: r (in + out) per targeted matrix per block."""
-    C, F = cfg.n_embd, cfg.ffn_hidden
+    """The adapters' parameters: r (in + out) per targeted matrix per block (qkv's out is its
+    (n_head + 2 n_kv_head) d rows, out's in the n_head d columns of the joined heads)."""
+    C, F, d = cfg.n_embd, cfg.ffn_hidden, cfg.head_size
     widen = 2 if cfg.activation == "swiglu" else 1
-    shapes = {"qkv": (C, 3 * C), "out": (C, C), "W1": (C, widen * F), "W2": (F, C)}
+    heads = cfg.n_head * d
+    shapes = {"qkv": (C, heads + 2 * cfg.kv_heads * d), "out": (heads, C), "W1": (C, widen * F), "W2": (F, C)}
     wanted = [name for name in lora_targets(targets) if F or name in ("qkv", "out")]
     return cfg.n_layer * sum(rank * sum(shapes[name]) for name in wanted)
 

@@ -306,6 +306,29 @@ def power_cut_at(step: int):
         checkpoints.save_checkpoint = real
 
 
+def trained_and_resumed(folder: Path, *overrides: str) -> tuple[Path, Path]:
+    """(straight, resumed): tiny.toml with `overrides` (--set values) trained 20 steps, and the same
+    run cut short at the checkpoint of step 20 (a power cut) and resumed from step 10."""
+    import torch
+
+    from minigpt.cli import app
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
+    (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    train = [*map(str, ["train", "-c", folder / "tiny.toml", "--quiet", *sets, "--out"])]
+    straight, resumed = folder / "straight", folder / "resumed"
+    result = CliRunner().invoke(app, [*train, str(straight)])
+    assert result.exit_code == 0, result.output
+    with power_cut_at(20):
+        assert isinstance(CliRunner().invoke(app, [*train, str(resumed)]).exception, RuntimeError)
+    assert torch.load(resumed / "checkpoint.pt", weights_only=True)["step"] == 10
+    result = CliRunner().invoke(app, [*train, str(resumed), "--resume"])
+    assert result.exit_code == 0, result.output
+    return straight, resumed
+
+
 @contextlib.contextmanager
 def serving(run_dir: Path, *flags: str):
     """`minigpt explore --run RUN_DIR --port 0 FLAGS` as a real process: its address while it serves,

@@ -28,7 +28,7 @@ import math
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, power_cut_at
+from conftest import SHAKESPEARE, TINY_CONFIG, trained_and_resumed
 from test_positions import assert_samples_agree
 from typer.testing import CliRunner
 
@@ -496,24 +496,6 @@ def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def trained_pair(folder, *overrides: str):
-    """(straight, resumed): tiny.toml with `overrides` trained 20 steps, and the same run cut short at
-    the checkpoint of step 20 (a power cut) and resumed from step 10 (test_positions' helper, with
-    any overrides)."""
-    write_tiny(folder)
-    sets = [arg for o in overrides for arg in ("--set", o)]
-    train = ["train", "-c", folder / "tiny.toml", "--quiet", *sets, "--out"]
-    straight, resumed = folder / "straight", folder / "resumed"
-    result = invoke(*train, straight)
-    assert result.exit_code == 0, result.output
-    with power_cut_at(20):
-        assert isinstance(invoke(*train, resumed).exception, RuntimeError)
-    assert torch.load(resumed / "checkpoint.pt", weights_only=True)["step"] == 10
-    result = invoke(*train, resumed, "--resume")
-    assert result.exit_code == 0, result.output
-    return straight, resumed
-
-
 RUNS = {
     "full": ("model.n_layer=2", f"model.residual={ATTENTION}"),
     "N = 2": ("model.n_layer=2", f"model.residual={ATTENTION}", "model.attention_residual_blocks=2"),
@@ -522,7 +504,7 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    return {name: trained_pair(tmp_path_factory.mktemp("attnres"), *sets) for name, sets in RUNS.items()}
+    return {name: trained_and_resumed(tmp_path_factory.mktemp("attnres"), *sets) for name, sets in RUNS.items()}
 
 
 def metrics(run) -> list[dict]:

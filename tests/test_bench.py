@@ -160,3 +160,68 @@ def test_the_patching_sweeps_arithmetic_counts_the_rows_each_patch_recomputes(be
     # block 0's output is block 1's input: counted once
     assert bench._patching_flops(cfg, [Patch(0, "output", 1), Patch(1, "input", 1)], 4, 0) == per_row * 3 * 1
     assert len(sweep(2, 2, 4, "head")) == 2 * 2 * 5 and len(sweep(2, 2, 4, "stage")) == 2 * 5 * 4
+
+
+def _tiny_llama_folder(path, dtype=torch.float32):
+    """scripts/random_hf_folder.py's builder: a two-block Llama with grouped-query heads and a tied head."""
+    spec = importlib.util.spec_from_file_location("random_hf_folder", REPO / "scripts" / "random_hf_folder.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_folder(
+        path, n_layer=2, hidden=48, heads=6, kv_heads=2, intermediate=80, vocab=400, max_pos=256, tie=True, dtype=dtype
+    )
+
+
+def test_the_llama_section_runs_both_systems_greedily_on_the_same_folder(bench, tmp_path):
+    """`--only llama`'s sampling: minigpt through its API on the imported run and transformers'
+    generate on the folder it came from, both float32 from the same weights: the same greedy tokens.
+    And the patching prompts: two texts of 20 tokens that differ in one word."""
+    pytest.importorskip("transformers")
+    import minigpt
+    from minigpt.api import import_hf
+
+    folder = _tiny_llama_folder(tmp_path / "folder")
+    import_hf(folder, tmp_path / "run", progress=False)
+    report = bench.llama_sampling(tmp_path / "run", folder, new_tokens=12, rounds=1, thread_counts=[1])
+    figures = report["threads_1"]
+    assert report["new_tokens"] == 12 and report["prompt"] == "ROMEO:"
+    assert figures["same_tokens"] is True and figures["first_different_step"] is None
+    assert figures["minigpt_tokens_per_s"] > 0 and figures["transformers_tokens_per_s"] > 0
+    assert figures["minigpt_model_itself_tokens_per_s"] > 0  # the loop without the decoding copy
+    tokenizer = minigpt.load(tmp_path / "run").tokenizer
+    clean, corrupt = bench.equal_length_prompts(tokenizer)
+    a, b = tokenizer.encode(clean), tokenizer.encode(corrupt)
+    assert len(a) == len(b) == 20 and a != b
+    assert sum(x != y for x, y in zip(clean.split(), corrupt.split())) == 1
+    rows = []
+    bench.llama_rows(
+        {"model": "m", "sampling": report, "import": {"wall_s": 1.0, "peak_rss_gib": 0.5}, "patch": {
+            "tokens": 20, "command_s": 2.0, "sweep_s": 0.1, "threads": 1}},
+        lambda *r, **k: rows.append(r),
+    )  # fmt: skip
+    assert rows[0][1:3] == (figures["minigpt_tokens_per_s"], figures["transformers_tokens_per_s"])
+    assert "same tokens" in rows[0][0] and rows[0][4] == ">= 1.5x"
+
+
+def test_the_import_memory_section_measures_each_import_alone_and_deletes_what_it_wrote(bench, tmp_path):
+    """`--only llama-memory` on a tiny bfloat16 folder: the import's own peak memory, the model's
+    float32 size from the file's headers, and nothing left behind."""
+    import os
+
+    pytest.importorskip("transformers")
+    built = []
+
+    def build(folder, shape, dtype, env):
+        assert dtype == "bfloat16"
+        built.append(folder)
+        return _tiny_llama_folder(folder, torch.bfloat16)
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    report = bench.llama_memory_benchmark(env, tmp_path, shapes=("tiny",), build=build)["tiny"]
+    # the table (400 x 48, tied: stored once); per block q, k, v (48 + 2 x 16 rows), out, gate and
+    # up, down and two norms; the final norm
+    blocks = 2 * ((48 + 32) * 48 + 48 * 48 + 2 * 80 * 48 + 48 * 80 + 2 * 48)
+    assert report["parameters"] == 400 * 48 + blocks + 48
+    assert report["float32_gib"] == round(4 * report["parameters"] / 2**30, 2)
+    assert 0.05 < report["peak_rss_gib"] < 2 and report["wall_s"] > 0
+    assert not built[0].exists() and not (tmp_path / "tiny-run").exists()

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, Numbered, power_cut_at, random_run
+from conftest import SHAKESPEARE, Numbered, random_run, trained_and_resumed
 from test_patching import ANSWER, CLEAN, CORRUPT, VERSUS, hooked_difference, hooked_values, text
 from torch import Tensor
 from typer.testing import CliRunner
@@ -356,7 +356,8 @@ def test_inverse_frequencies_are_transformers_for_each_rule(
 ):
     scaling = RopeScaling(kind, factor)
     config = llama_config(llama, head_width, theta, context, scaling)
-    theirs, their_factor = rope_init[kind](config, "cpu", seq_len=length)
+    # a tensor, as transformers' forward passes it (torch.max(position_ids) + 1)
+    theirs, their_factor = rope_init[kind](config, "cpu", seq_len=torch.tensor(length))
     ours, our_factor = inverse_frequencies(head_width, theta, scaling, context, length)
     assert ours.dtype == theirs.dtype == torch.float32
     assert torch.equal(ours, theirs)
@@ -554,27 +555,12 @@ def test_a_learned_table_keeps_its_message():
 # ---------------------------------------------------------------- training: resume and identity
 
 
-def trained_pair(folder, scheme: str):
-    """(straight, resumed): tiny.toml trained 20 steps with `scheme`, and the same run cut short at
-    the checkpoint of step 20 (a power cut) and resumed from step 10."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
-    (folder / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    runner = CliRunner()
-    train = ["train", "-c", folder / "tiny.toml", "--quiet", "--set", f'model.positions="{scheme}"', "--out"]
-    straight, resumed = folder / "straight", folder / "resumed"
-    assert runner.invoke(app, [*map(str, train), str(straight)]).exit_code == 0
-    with power_cut_at(20):
-        assert isinstance(runner.invoke(app, [*map(str, train), str(resumed)]).exception, RuntimeError)
-    assert torch.load(resumed / "checkpoint.pt", weights_only=True)["step"] == 10
-    result = runner.invoke(app, [*map(str, train), str(resumed), "--resume"])
-    assert result.exit_code == 0, result.output
-    return straight, resumed
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    return {scheme: trained_pair(tmp_path_factory.mktemp(scheme), scheme) for scheme in ("rope", "alibi")}
+    return {
+        scheme: trained_and_resumed(tmp_path_factory.mktemp(scheme), f'model.positions="{scheme}"')
+        for scheme in ("rope", "alibi")
+    }
 
 
 @pytest.fixture(scope="module")

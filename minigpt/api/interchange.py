@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..interchange import convert, hf, nanogpt, peft
+from ..errors import MinigptError
+from ..interchange import convert, llama, nanogpt, peft
 from ..interchange import export as exporting
 from ..io import no_progress
 from ..runs.folder import check_new_run
@@ -42,15 +43,23 @@ def import_hf(
     progress: bool = True,
     adapter: str | Path | None = None,
 ) -> convert.Imported:
-    """A Hugging Face GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, and its
+    """A Hugging Face folder of GPT-2 or of the Llama family (LlamaForCausalLM, MistralForCausalLM,
+    Qwen2ForCausalLM: config.json, model.safetensors, sharded or not, or pytorch_model.bin, and its
     tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
     use like any other. `context` keeps the position table's first rows; `force` replaces what
     `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
-    `adapter`: a PEFT LoRA adapter folder for it, merged into the weights (W + scale B A). Returns
+    `adapter`: a PEFT LoRA adapter folder for a GPT-2 folder, merged into the weights (W + scale B A). Returns
     what was imported (its [model] section, tokenizer and origin)."""
 
     def read(bar) -> convert.Imported:
-        imported = hf.read_hf_gpt2(Path(folder), context=context, progress=bar)
+        if adapter is not None and llama.folder_model_type(Path(folder)) != llama.GPT2:
+            raise MinigptError(
+                "{adapter} merges a PEFT adapter into a GPT-2 folder, and {folder} holds a {literal} model; merge "
+                "the adapter with PEFT (merge_and_unload), save the merged model and import that folder",
+                folder=folder,
+                literal=llama.folder_model_type(Path(folder)),
+            )
+        imported = llama.read_hf_folder(Path(folder), context=context, progress=bar)
         if adapter is not None:
             for name, delta in peft.read_adapter(Path(adapter), imported.model.n_layer).items():
                 weight = imported.state[name]

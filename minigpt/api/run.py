@@ -680,12 +680,13 @@ class Run:
 
     def export(self, format: str, out: str | Path) -> list[Path]:
         """The run's weights written to the folder `out` (new or empty): "safetensors" (minigpt's
-        names and a config.json), "hf" (a GPT-2 folder transformers loads; a LoRA run's merged), or
-        "peft" (a LoRA run's adapters as PEFT saves them, for the GPT-2 folder "hf" writes of its
-        base). Returns the files."""
+        names and a config.json), "hf" (a folder transformers loads, GPT-2's or a Llama family's; a
+        LoRA run's merged), or "peft" (a LoRA run's adapters as PEFT saves them, for the folder "hf"
+        writes of its base, or the one it was imported from). Returns the files."""
         exporting.check_export(format, Path(out))
         if format != "peft":
-            return exporting.export(self.model, self.tokenizer, format=format, out=Path(out))
+            imported = exporting.imported_from(self.path)
+            return exporting.export(self.model, self.tokenizer, format=format, out=Path(out), imported=imported)
         saved = read_weights(self.path, self.checkpoint).payload
         if "lora" not in saved:
             raise MinigptError(
@@ -693,7 +694,4 @@ class Run:
                 "export it with {format} hf, or fine-tune it with [train] lora_rank",
                 path=self.path,
             )
-        refusal = exporting.gpt2_refusal(self.model)
-        if refusal:
-            raise MinigptError("{format} peft adapts a GPT-2 folder, which cannot express {refusal}", refusal=refusal)
-        return peft.write_adapter(saved["model"], saved["lora"], saved["lora"]["base"]["run"], Path(out))
+        return peft.export_adapter(self.model, saved["model"], saved["lora"], Path(out))

@@ -1,4 +1,5 @@
-"""`minigpt export`: a run's weights as safetensors, or as a Hugging Face GPT-2 folder."""
+"""`minigpt export`: a run's weights as safetensors, as a Hugging Face folder (GPT-2's or the Llama
+family's), or a LoRA run's adapters as PEFT's."""
 
 from __future__ import annotations
 

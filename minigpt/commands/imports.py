@@ -26,10 +26,13 @@ def main(o: ImportHfOptions | ImportNanogptOptions) -> None:
         else ""
     )
     cropped = f" (of its {origin['position_rows']:,})" if origin.get("position_rows", m.context) != m.context else ""
+    kv = f" ({m.kv_heads} key/value heads)" if m.kv_heads != m.n_head else ""
+    widened = f"; {origin['widened']}" if "widened" in origin else ""  # half-precision weights, read exactly
     say(
-        f"imported {origin['kind']} {origin['path']}: {imported.parameters:,} parameters, {m.n_layer} blocks, "
-        f"{m.n_head} heads, width {m.n_embd}, {m.activation}, context {m.context}{cropped}, "
-        f"{imported.tokenizer_size:,} token ids{padded}"
+        f"imported {origin['kind']} {shown_path(origin['path'])}: {imported.parameters:,} parameters, "
+        f"{m.n_layer} blocks, "
+        f"{m.n_head} heads{kv}, width {m.n_embd}, {m.activation}, context {m.context}{cropped}, "
+        f"{imported.tokenizer_size:,} token ids{padded}{widened}"
     )
     typer.echo(str(o.out))  # on stdout alone, for scripts
     say(f'trace it with: {command_line("minigpt", "trace", "--run", shown_path(o.out))} -p "Hello"')

@@ -532,8 +532,8 @@ class EvalOptions(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class ExportOptions(Options):
-    """Export a run's weights: safetensors, or a Hugging Face GPT-2 folder (GPT2LMHeadModel,
-    PreTrainedTokenizerFast)."""
+    """Export a run's weights: safetensors, or a Hugging Face folder (GPT2LMHeadModel, or the Llama
+    family's for a rope/RMSNorm/SwiGLU model; PreTrainedTokenizerFast)."""
 
     config: ConfigOption = None
     run: RunOption = None
@@ -541,8 +541,8 @@ class ExportOptions(Options):
         str,
         typer.Option(
             "--format",
-            help="safetensors (minigpt's names + config.json), hf (a GPT-2 folder transformers loads; a LoRA "
-            "run merged) or peft (a LoRA run's adapters, as PEFT saves them).",
+            help="safetensors (minigpt's names + config.json), hf (a GPT-2 or Llama-family folder transformers "
+            "loads; a LoRA run merged) or peft (a LoRA run's adapters, as PEFT saves them).",
         ),
     ]
     out: Annotated[Path, typer.Option("--out", help="Folder to write (new or empty).")]

@@ -2,8 +2,12 @@
 
     rmsnorm, layernorm   every norm (norm1, norm2, final_norm) is the learner's class, built
                          (width, eps); the block records its output as minigpt's norm's
-    ffn, swiglu          each block's FFN is the learner's class, built (width, hidden, bias)
-    attention            each block's attention is the learner's class, built (width, heads, bias)
+    ffn, swiglu          each block's FFN is the learner's class, built (width, hidden, bias), its
+                         bias the FFN's own ([model] bias, or ffn_bias)
+    attention            each block's attention is the learner's class, built (width, heads, bias),
+                         its bias attention's own (bias, or qkv_bias and out_bias together); one
+                         key and value head per query head, each n_embd / n_head wide (the config
+                         refuses n_kv_head and head_width with it)
     block                each block is the learner's Block, built from minigpt's own norms,
                          attention and FFN (so its parameters are named as minigpt's block's)
 
@@ -47,11 +51,14 @@ def parts_of(learner: LearnerFile) -> Parts:
         return Parts(norm=lambda cfg: module.LayerNorm(cfg.n_embd, cfg.norm_eps), source=source)
     if name in ("ffn", "swiglu"):
         cls = _plugged(module.FeedForward if name == "ffn" else module.SwiGLU, _ffn_forward)
-        return Parts(ffn=lambda cfg: cls(cfg.n_embd, cfg.ffn_hidden, cfg.bias), source=source)
+        # bias: the FFN's own (bias, or ffn_bias), as minigpt's FeedForward takes it
+        return Parts(ffn=lambda cfg: cls(cfg.n_embd, cfg.ffn_hidden, cfg.biased("W1")), source=source)
     if name == "attention":
         cls = _plugged(module.CausalSelfAttention, _attention_forward)
         return Parts(
-            attention=lambda cfg: _with_heads(cls(cfg.n_embd, cfg.n_head, cfg.bias), cfg.n_head), source=source
+            # one bias switch for W_Q, W_K, W_V and W_O: the config refuses qkv_bias and out_bias that differ
+            attention=lambda cfg: _with_heads(cls(cfg.n_embd, cfg.n_head, cfg.biased("qkv")), cfg.n_head),
+            source=source,
         )
     cls = _plugged(module.Block, _block_forward)
     return Parts(

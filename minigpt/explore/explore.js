@@ -174,6 +174,9 @@ function stageIn(block, name) {
   const order = stageOrder(block);
   return order.includes(name) ? name : order.includes("output") ? "output" : order[order.length - 1];
 }
+// Grouped-query attention ([model] n_kv_head): query head h reads key and value head h // (n_head / n_kv_head).
+const kvGroup = () => S.model.n_head / (S.model.n_kv_head || S.model.n_head);
+const headName = (h) => (kvGroup() > 1 ? `head ${h} (kv ${Math.floor(h / kvGroup())})` : `head ${h}`);
 const rowOf = (tr, b, name) => (name === "input" ? tr.blocks[b].input.row : tr.blocks[b].stages[name]);
 const normOf = (pass, b, name) => S.data.views.norms[pass].blocks[b][name];
 const differs = (a, b) => a.length !== b.length || a.some((v, i) => v !== b[i]);
@@ -570,7 +573,8 @@ function renderAttention() {
   let cell = Math.max(2, Math.min(36, Math.floor(mapWidth / T)));
   const pad = cell >= 11 ? Math.min(64, 7 * Math.max(...labels.map((t) => Math.min(8, t.length))) + 6) : 0;
   cell = Math.max(2, Math.min(36, Math.floor((mapWidth - pad) / T)));
-  $("attention-title").textContent = `Attention · block ${b} · ${H} head${H > 1 ? "s" : ""} over ${T} token${T > 1 ? "s" : ""}`;
+  const kv = kvGroup() > 1 ? ` reading ${S.model.n_kv_head} kv head${S.model.n_kv_head > 1 ? "s" : ""}` : "";
+  $("attention-title").textContent = `Attention · block ${b} · ${H} head${H > 1 ? "s" : ""}${kv} over ${T} token${T > 1 ? "s" : ""}`;
   const note = document.createElement("div");
   note.className = "facts";
   note.textContent = `query rows, key columns; the future is masked; position ${p}'s row is outlined. Click a row to trace that position.`;
@@ -588,13 +592,13 @@ function renderAttention() {
       if (!at) return null;
       const [q, k] = at;
       return k > q ? `query ${q} ${labels[q]} cannot see key ${k} (the future)` :
-        `head ${h}: query ${q} ${labels[q]} \u2192 key ${k} ${labels[k]}\nweight ${weight(h, q, k)}`;
+        `${headName(h)}: query ${q} ${labels[q]} \u2192 key ${k} ${labels[k]}\nweight ${weight(h, q, k)}`;
     });
     canvas.addEventListener("click", (e) => {
       const r = canvas.getBoundingClientRect(), at = canvas.cells.at(e.clientX - r.left, e.clientY - r.top);
       if (at && at[0] !== S.position) { S.position = at[0]; trace(); }
     });
-    fig.append(Draw.span(`head ${h}`, "title"), canvas);
+    fig.append(Draw.span(headName(h), "title"), canvas);
     heads.appendChild(fig);
   }
   const parts = [note, heads, Draw.legend("weight", 1, "attention weight")];
@@ -606,7 +610,7 @@ function renderAttention() {
       const at = all.cells.at(x, y);
       if (!at) return null;
       const [bb, h, q, k] = at;
-      return k > q ? `block ${bb} head ${h}` : `block ${bb} head ${h}: query ${q} ${labels[q]} \u2192 key ${k} ${labels[k]}\nweight ${S.attention[bb](h, q, k)}`;
+      return k > q ? `block ${bb} ${headName(h)}` : `block ${bb} ${headName(h)}: query ${q} ${labels[q]} \u2192 key ${k} ${labels[k]}\nweight ${S.attention[bb](h, q, k)}`;
     });
     all.addEventListener("click", (e) => {
       const r = all.getBoundingClientRect(), at = all.cells.at(e.clientX - r.left, e.clientY - r.top);
@@ -994,7 +998,7 @@ function headMap(effects, limit, rowLabels, labels) {
   canvas.dataset.position = S.patchPosition;
   canvas.id = "patch-head-map";
   patchCells(canvas, (b, h) => ({ block: b, stage: "heads", position: at, head: h }), value,
-    (b, h) => `block ${b} head ${h} at ${at === null ? "every position" : `position ${at} ${labels[at]}`}`);
+    (b, h) => `block ${b} ${headName(h)} at ${at === null ? "every position" : `position ${at} ${labels[at]}`}`);
   wrap.append(title, canvas);
   return wrap;
 }
@@ -1167,7 +1171,7 @@ async function start() {
   const timing = document.createElement("span");
   timing.id = "timing";
   $("about").title = m.run;
-  $("about").textContent = `${m.run.split("/").pop()}: ${m.n_layer} block${m.n_layer > 1 ? "s" : ""}, ${m.n_head} heads, width ${m.n_embd}, ` +
+  $("about").textContent = `${m.run.split("/").pop()}: ${m.n_layer} block${m.n_layer > 1 ? "s" : ""}, ${m.n_head} heads${kvGroup() > 1 ? ` (${m.n_kv_head} kv)` : ""}, width ${m.n_embd}, ` +
     `${m.ffn_hidden ? `FFN ${m.ffn_hidden}` : "no FFN"}, ${m.norm} ${m.norm_position}-norm, ${m.activation}, context ${m.context}, ` +
     `${m.positions === "none" ? "no position table, " : m.positions === "learned" ? "" : `${m.positions} positions, `}` +
     `${m.window === null ? "read past its context on purpose, " : m.window !== m.context ? `reads ${m.window} tokens (rope scaling), ` : ""}` +

@@ -251,7 +251,7 @@ class Explorer:
         if not text.isprintable() or text != text.strip():
             return f"#{token}"
         try:
-            return text if self.run.tokenizer.encode(text) == [token] else f"#{token}"
+            return text if self.run.tokenizer.encode(text, special=False) == [token] else f"#{token}"
         except MinigptError:  # a char tokenizer's unknown character: the id alone names it
             return f"#{token}"
 

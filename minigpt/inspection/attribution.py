@@ -7,6 +7,10 @@ block's update is a correction to the same running x"):
     x = token row + position row + sum over blocks of (attention + ffn)
     attention = sum over heads h of heads[h] W_O[h] + b_O           (W_O[h]: head h's columns of W_O)
 
+With grouped-query attention (`[model] n_kv_head`) the sum is over the query heads: heads that share
+a key and value head still each weigh them their own way, and each has its own d columns of W_O
+([C, n_head d], d = `head_width` where it is set); b_O is a part only where W_O has a bias.
+
 With `[model] positions = "none"`, "rope" or "alibi" there is no position row: rope's rotation and
 ALiBi's bias act inside attention, in what each head reads, so they are in its head's part and the
 parts still sum to the logit.
@@ -74,7 +78,7 @@ def resolve_token(tokenizer: TextTokenizer, text: str, what: Phrase, vocab_size:
                 last=vocab_size - 1,
             )
         return token
-    ids = tokenizer.encode(text) if text else []  # a char tokenizer refuses a character it never saw
+    ids = tokenizer.encode(text, special=False) if text else []  # a char tokenizer refuses a character it never saw
     if len(ids) != 1:
         pieces = ", ".join(f"{tokenizer.token_text(i)!r} (#{i})" for i in ids) or "nothing"
         raise MinigptError(
@@ -241,13 +245,15 @@ def attribute(
         parts.append(part("token", model.token_table.weight.detach()[trace.ids[p]].double(), 0))
         if cfg.positions == "learned":  # none, rope, alibi: no position row (rope, alibi: inside each head)
             parts.append(part("position", model.position_table.weight.detach()[p].double(), 0))
-    d = cfg.n_embd // cfg.n_head
+    d = cfg.head_size  # head_width, or n_embd / n_head
     sublayers = 2 if cfg.ffn_hidden > 0 else 1  # layers per block of the model: its attention, then its FFN
     for i, block in enumerate(model.blocks):
         factor = _attention_factor(interventions, i)
         mixed = recorded[stages.block_name(i, stages.HEADS)][0, :, p].double()  # [H, d], after any ablation
         out = block.attention.out
-        W_O = out.weight.detach().double()  # [C, C] as [out, in]: head h reads columns h*d .. (h+1)*d - 1
+        # [C, H d] as [out, in]: query head h writes through columns h*d .. (h+1)*d - 1 (with grouped-query
+        # attention too: the heads share keys and values, each still mixes its own row of them)
+        W_O = out.weight.detach().double()
         layer = sublayers * i + 1  # block i's attention is layer 2i + 1 (i + 1 without FFNs), its FFN the next
         for h in range(cfg.n_head):
             parts.append(part(f"{i}.attention.head{h}", mixed[h] @ W_O[:, h * d : (h + 1) * d].T, layer, factor))

@@ -111,16 +111,20 @@ class Info:
     def positions_arithmetic(self) -> dict[str, Any] | None:
         """What rope's rotation or ALiBi's bias computes per token and block, which the counts leave
         out: elementwise, with no parameter met, as the softmax and the scores' scaling are left
-        out. rope turns the query and key rows (2D coordinates), each x cos + rotate_half(x) sin: 2
+        out. rope turns the query and key rows (2D coordinates; (n_head + n_kv_head) d with
+        grouped-query attention or heads of their own width), each x cos + rotate_half(x) sin: 2
         multiplies and an add; ALiBi adds one bias to each of a head's T scores. None for a learned
         table (looked up, as the token table is) and for none."""
         scheme, a = self.architecture["positions"], self.arithmetic.sizes
         if scheme == "rope":
+            arch = self.architecture
+            heads = arch["n_head"] + arch.get("n_kv_head", arch["n_head"])
+            turned = heads * arch.get("head_width", a.D // arch["n_head"])  # 2D unless grouped
             return {
                 "scheme": scheme,
                 "what": "rope's rotation of each query and key row",
-                "multiplies": 4 * a.D,
-                "adds": 2 * a.D,
+                "multiplies": 2 * turned,
+                "adds": turned,
             }
         if scheme == "alibi":
             heads = self.architecture["n_head"]
@@ -191,7 +195,14 @@ def _counts_json(c: Counts) -> dict[str, Any]:
         return {"name": p.name, "count": c.count(p), "formula": str(p.formula), "says": p.says, "per_block": per_block}
 
     return {
-        "sizes": {"D": c.sizes.D, "F": c.sizes.F, "V": c.sizes.V, "context": c.sizes.context, "T": c.sizes.T},
+        "sizes": {
+            "D": c.sizes.D,
+            "F": c.sizes.F,
+            "V": c.sizes.V,
+            "context": c.sizes.context,
+            "T": c.sizes.T,
+            **({"d": c.sizes.d} if c.sizes.d else {}),  # attention in Dd (counts.grouped_attention)
+        },
         "n_layer": c.n_layer,
         "parts": [part(p, False) for p in c.before]
         + [part(p, True) for p in c.block]

@@ -21,6 +21,7 @@ def render_text(info: Info) -> str:
         f"run {info.run}: {p.n_layer} block{'s' if p.n_layer != 1 else ''}, {arch['n_head']} heads, "
         f"context {s.context}",
         f"  D = {s.D} (n_embd), F = {s.F} (ffn_hidden), V = {s.V:,} (vocabulary)",
+        *_heads_lines(arch, s.d),
         *_wrap("  " + _switches(arch), 2),
         "",
         "Parameters",
@@ -45,18 +46,43 @@ def render_text(info: Info) -> str:
     return "\n".join(lines)
 
 
+def _heads_lines(arch: dict[str, Any], d: int) -> list[str]:
+    """Attention written in Dd (grouped-query attention, or heads of their own width): d, and which
+    key and value head each query head reads."""
+    if not d:
+        return []
+    H = arch["n_head"]
+    K = arch.get("n_kv_head", H)
+    line = f"  d = {d} (a head's width), {H} query heads, {K} key and value head{'s' if K != 1 else ''}"
+    if K != H:
+        line += f": query head h reads key and value head h // {H // K} (grouped-query attention)"
+    return _wrap(line, 4)
+
+
 def _switches(arch: dict[str, Any]) -> str:
     norm = "no norms" if arch["norm"] == "none" else f"{arch['norm']} ({arch['norm_position']}-norm)"
     words = [
         norm,
         f"{arch['activation']} FFN" if arch["ffn_hidden"] else "no FFN",
-        "biases" if arch["bias"] else "no biases",
+        _biases(arch),
         *_residual(arch),
         "head tied to token_table" if arch["tie_embeddings"] else "separate head",
         POSITIONS[arch["positions"]].format(**arch),
         arch["dtype"],
     ]
     return ", ".join(words)
+
+
+def _biases(arch: dict[str, Any]) -> str:
+    """`bias`, or the parts that have one of their own (qkv_bias, out_bias, ffn_bias) without it."""
+    if arch["bias"]:
+        return "biases"
+    own = [
+        part
+        for key, part in (("qkv_bias", "W_Q, W_K, W_V"), ("out_bias", "W_O"), ("ffn_bias", "W1, W2"))
+        if arch.get(key)
+    ]
+    return f"biases on {', '.join(own)} only" if own else "no biases"
 
 
 # `[model] positions` as the summary names it: rope and ALiBi have no table, and no parameters at all
@@ -82,8 +108,10 @@ def _positions_lines(info: Info) -> list[str]:
     extra = info.positions_arithmetic()
     if extra is None:
         return []
+    grouped = info.parameters.sizes.d  # rope turns (n_head + n_kv_head) d coordinates, not 2D
+    rotated = ("2(H+K)d", "(H+K)d") if grouped else ("4D", "2D")
     amount = (
-        f"4D = {extra['multiplies']:,} multiplies and 2D = {extra['adds']:,} adds"
+        f"{rotated[0]} = {extra['multiplies']:,} multiplies and {rotated[1]} = {extra['adds']:,} adds"
         if extra["scheme"] == "rope"
         else f"H·T = {extra['adds']:,} adds"
     )
@@ -170,6 +198,7 @@ def _parameter_shares(info: Info) -> list[str]:
 def _flops_lines(info: Info) -> list[str]:
     u = info.units()
     D = info.arithmetic.sizes.D
+    table = "4HTd/D²" if info.arithmetic.sizes.d else "4T/D"  # H query heads of width d each read T keys
     ffn = "6F/D" if info.architecture["activation"] == "swiglu" else "4F/D"
     lines = [
         f"  forward: {info.forward_flops:,} FLOPs per token",
@@ -185,7 +214,7 @@ def _flops_lines(info: Info) -> list[str]:
         lines.append(f"    FFN W1 and W2                {_units(u['ffn']):>5}  ({ffn}; 16 at F = 4D)")
     lines += [
         f"    together                     {_units(u['matrices']):>5}  (c21: 24, of which the FFN 16)",
-        f"    attention table, 4T/D        {_units(u['table']):>5}  (grows with T)",
+        f"    attention table, {table:<7}     {_units(u['table']):>5}  (grows with T)",
     ]
     return lines
 

@@ -146,6 +146,7 @@ def attention_figure(trace: Trace):
 
     blocks = trace.blocks
     heads = len(blocks[0].full_attention)
+    group = heads // trace.model.get("n_kv_head", heads)  # query heads per key and value head
     figure, axes = plt.subplots(
         len(blocks), heads, figsize=(2.6 * heads + 1, 2.5 * len(blocks) + 0.6), squeeze=False, constrained_layout=True
     )
@@ -156,7 +157,9 @@ def attention_figure(trace: Trace):
             weights = np.array(block.full_attention[h], dtype=float)
             weights[np.triu_indices_from(weights, k=1)] = np.nan  # a query never sees later keys
             ax.imshow(weights, vmin=0, vmax=1, cmap="Blues")
-            ax.set_title(f"block {block.index}, head {h}", fontsize=9)
+            # grouped-query attention: which key and value head the query head reads
+            kv = f" (kv {h // group})" if group > 1 else ""
+            ax.set_title(f"block {block.index}, head {h}{kv}", fontsize=9)
             ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(len(labels)), labels, fontsize=7)
             ax.axhline(trace.position, color="#d6552b", linewidth=1.2)  # the traced position's row

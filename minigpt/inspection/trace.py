@@ -193,10 +193,12 @@ class BlockTrace:
     logit_lens: list[Candidate]  # this block's output through final_norm and the head
     full_attention: list[list[list[float]]] = field(default_factory=list, repr=False)  # [head][query][key]; not in JSON
     # rope only (`[model] positions = "rope"`): the traced position's query and key rows after their
-    # rotation, [head][d], and the whole arrays' shape [1, H, T, d]; in the JSON only then
+    # rotation, [head][d], and the whole arrays' shapes, the queries' [1, H, T, d] and the keys' [1, K,
+    # T, d] (K = n_kv_head: fewer than H with grouped-query attention); in the JSON only then
     rotated_query: list[list[float]] | None = None
     rotated_key: list[list[float]] | None = None
     rotated_shape: list[int] | None = None
+    rotated_key_shape: list[int] | None = None
     # Attention Residuals only: the block's reads over depth (read1's, then read2's); in the JSON only then
     depth: list[DepthRead] = field(default_factory=list)
 
@@ -236,8 +238,9 @@ class Trace:
         and "logits"; the row at the traced position, or at `position` (`whole` gives them all).
         For attention_weights, that position's weights in every head over the keys it sees (0..p):
         [H, p + 1], as `attention_weights` in the JSON; for a rope model's rotated_query and
-        rotated_key, that position's row in every head: [H, d]; for depth_weights1, depth_weights2 and
-        final_depth_weights (Attention Residuals), that position's weights over its sources: [S]."""
+        rotated_key, that position's row in every head: [H, d] (the keys' [K, d], K = n_kv_head);
+        for depth_weights1, depth_weights2 and final_depth_weights (Attention Residuals), that
+        position's weights over its sources: [S]."""
         p = self.position if position is None else position
         whole = self.whole(block, name)
         if name == stages.ATTENTION_WEIGHTS:
@@ -246,7 +249,7 @@ class Trace:
 
     def whole(self, block: int | None, name: str) -> torch.Tensor:
         """A stage at every position: [T, C] for a row stage, [H, T, T] for attention_weights,
-        [H, T, d] for rotated_query and rotated_key."""
+        [H, T, d] for rotated_query and heads, [K, T, d] for rotated_key (K = n_kv_head)."""
         key = name if block is None else stages.block_name(block, name)
         if key not in self.recorded:
             scope = stages.block_prefix(block) + "." if block is not None else ""
@@ -285,7 +288,7 @@ class Trace:
             if not block["depth"]:
                 del block["depth"]
             if block["rotated_shape"] is None:  # not a rope model: no rotated rows
-                del block["rotated_query"], block["rotated_key"], block["rotated_shape"]
+                del block["rotated_query"], block["rotated_key"], block["rotated_shape"], block["rotated_key_shape"]
         if not self.interventions:
             del out["interventions"]
         return out
@@ -655,20 +658,41 @@ def _aligned(first: BlockTrace, second: BlockTrace) -> list[str]:
 # computed, not what is recorded: the comparison shows it. The order (`norm_position`) may differ
 # where the reader of the comparison aligns the stages by name (a trace's text and JSON: post-norm's
 # residual2 has no pre-norm row beside it); ORDER_KEYS are the keys that allows.
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "ffn_hidden", "context", "vocab_size", "norm_position", "positions")
+SHAPE_KEYS = (
+    "n_layer",
+    "n_head",
+    "n_kv_head",
+    "head_width",
+    "n_embd",
+    "ffn_hidden",
+    "context",
+    "vocab_size",
+    "norm_position",
+    "positions",
+)
+# What architecture() leaves out at its default: the key and value heads (n_head's), a head's width
+# (n_embd / n_head's)
+SHAPE_DEFAULTS = {"n_kv_head": lambda arch: arch["n_head"], "head_width": lambda arch: arch["n_embd"] // arch["n_head"]}
 ORDER_KEYS = ("norm_position",)
 
 
 def shape_differences(model: MiniGPT, other: MiniGPT, order_may_differ: bool = False) -> list[str]:
     """`key this != other` for each SHAPE_KEYS entry where the two models differ (none: comparable);
     `order_may_differ`: not the ORDER_KEYS (pre-norm beside post-norm: the same parameters)."""
-    this, that = model.architecture(), other.architecture()
+    given = model.architecture().keys() | other.architecture().keys()
+    this, that = (_with_defaults(m.architecture()) for m in (model, other))
+    # n_kv_head and head_width only where either run sets one (a head's width follows n_embd otherwise)
     keys = [key for key in SHAPE_KEYS if not (order_may_differ and key in ORDER_KEYS)]
+    keys = [key for key in keys if key not in SHAPE_DEFAULTS or key in given]
     # Attention Residuals records other stages (read1 and read2; no residual1 and no output): beside
     # a model with a residual stream, or without one, half the rows would have nothing to compare with
     if "attention" in (this["residual"], that["residual"]):
         keys.append("residual")
     return [f"{key} {this[key]!r} != {that[key]!r}" for key in keys if this[key] != that[key]]
+
+
+def _with_defaults(arch: dict[str, Any]) -> dict[str, Any]:
+    return {**{key: default(arch) for key, default in SHAPE_DEFAULTS.items()}, **arch}
 
 
 def row_norm(row: list[float]) -> float:
@@ -745,5 +769,6 @@ def _block_entry(
         rotated_query=None if query is None else query[0, :, p].tolist(),
         rotated_key=None if key is None else key[0, :, p].tolist(),
         rotated_shape=None if query is None else list(query.shape),
+        rotated_key_shape=None if key is None else list(key.shape),
         depth=depth,
     )

@@ -195,8 +195,10 @@ def _formulas(model: dict[str, Any]) -> dict[str, str]:
     (`norm = "none"`); post-norm's output is its norm2."""
     kind = model["norm"]
     norm = {"layernorm": "LN", "rmsnorm": "RMS"}.get(kind, "")
-    b1, b2 = (" + b1", " + b2") if model["bias"] else ("", "")
+    b1, b2 = (" + b1", " + b2") if model["bias"] or model.get("ffn_bias") else ("", "")
     skip = model.get("residual", True)
+    # grouped-query attention: query heads share key and value heads
+    mha = "GQA" if model.get("n_kv_head", model.get("n_head")) != model.get("n_head") else "MHA"
     ffn = model.get("ffn_hidden", 1) > 0
 
     def normed(which: str, x: str) -> str:
@@ -214,7 +216,7 @@ def _formulas(model: dict[str, Any]) -> dict[str, str]:
         formulas = {
             READ1: depth_mix("depth1"),
             NORM1: normed("1", READ1),
-            ATTENTION: f"MHA({NORM1})",
+            ATTENTION: f"{mha}({NORM1})",
             READ2: depth_mix("depth2"),
             NORM2: normed("2", READ2),
             HIDDEN: hidden(NORM2),
@@ -223,7 +225,7 @@ def _formulas(model: dict[str, Any]) -> dict[str, str]:
     elif model["norm_position"] == "pre":
         formulas = {
             NORM1: normed("1", INPUT),
-            ATTENTION: f"MHA({NORM1})",
+            ATTENTION: f"{mha}({NORM1})",
             RESIDUAL1: add(INPUT, ATTENTION),
             NORM2: normed("2", RESIDUAL1),
             HIDDEN: hidden(NORM2),
@@ -232,7 +234,7 @@ def _formulas(model: dict[str, Any]) -> dict[str, str]:
         }
     else:
         formulas = {
-            ATTENTION: f"MHA({INPUT})",
+            ATTENTION: f"{mha}({INPUT})",
             RESIDUAL1: add(INPUT, ATTENTION),
             NORM1: normed("1", RESIDUAL1),
             HIDDEN: hidden(NORM1),
@@ -305,7 +307,17 @@ def _depth_lines(reads: list[dict[str, Any]], p: int, digits: int, width: int, w
     return out
 
 
-def _attention_lines(entry: dict[str, Any], tokens: list[str], p: int, digits: int, width: int) -> list[str]:
+def kv_group(model: dict[str, Any]) -> int:
+    """Query heads per key and value head: 1, or n_head / n_kv_head with grouped-query attention,
+    where query head h reads key and value head h // kv_group."""
+    return model["n_head"] // model.get("n_kv_head", model["n_head"])
+
+
+def _attention_lines(
+    entry: dict[str, Any], tokens: list[str], p: int, digits: int, width: int, group: int = 1
+) -> list[str]:
+    """`group`: query heads per key and value head (kv_group); above 1 each column also names the
+    kv head its query head reads."""
     weights = entry["attention_weights"]  # [head][key]
     heads = len(weights)
     key_w = max(3, len(str(p)))
@@ -313,21 +325,22 @@ def _attention_lines(entry: dict[str, Any], tokens: list[str], p: int, digits: i
     tok_w = max(5, max(len(s) for s in shown))
     col_w = max(len(f"head {heads - 1}"), digits + 2)
     per_line = max(1, (width - 4 - key_w - 2 - tok_w) // (col_w + 2))
-    out = [
-        "  " + line
-        for line in _pack(
-            [f"attention weights {_shape(entry['attention_shape'])}:", f"position {p} over the keys it can see"],
-            width - 2,
-            " ",
-        )
-    ]
+    heading = [f"attention weights {_shape(entry['attention_shape'])}:", f"position {p} over the keys it can see"]
+    if group > 1:
+        heading += ["(query", "head", "h", "reads", "kv", "head", f"h // {group})"]
+    out = ["  " + line for line in _pack(heading, width - 2, " ")]
     for first in range(0, heads, per_line):
-        group = range(first, min(heads, first + per_line))
-        out.append(f"    {'key':>{key_w}}  {'token':<{tok_w}}" + "".join(f"  {f'head {h}':>{col_w}}" for h in group))
+        group_shown = range(first, min(heads, first + per_line))
+        out.append(
+            f"    {'key':>{key_w}}  {'token':<{tok_w}}" + "".join(f"  {f'head {h}':>{col_w}}" for h in group_shown)
+        )
+        if group > 1:  # the kv head each query head reads, under its name
+            kv = "".join(f"  {f'kv {h // group}':>{col_w}}" for h in group_shown)
+            out.append(f"    {'':>{key_w}}  {'':<{tok_w}}" + kv)
         for k in range(p + 1):
             out.append(
                 f"    {k:>{key_w}}  {shown[k]:<{tok_w}}"
-                + "".join(f"  {number(weights[h][k], digits):>{col_w}}" for h in group)
+                + "".join(f"  {number(weights[h][k], digits):>{col_w}}" for h in group_shown)
             )
     return out
 
@@ -347,6 +360,8 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     about = [
         f"model: {model['n_layer']} block(s),",
         f"{model['n_head']} heads,",
+        *([f"{model['n_kv_head']} kv heads,"] if kv_group(model) > 1 else []),
+        *([f"head width {model['head_width']},"] if model.get("head_width") else []),
         f"width {model['n_embd']},",
         f"FFN {model['ffn_hidden']},",
         f"{model['vocab_size']} tokens,",
@@ -396,7 +411,7 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
             out += ["", f"block {i} of {model['n_layer']}"]
             out += _every_position_table(trace, entry, digits, width)
             out += _depth_lines(entry.get("depth", []), p, digits, width)
-            out += _attention_lines(entry, tokens, p, digits, width)
+            out += _attention_lines(entry, tokens, p, digits, width, kv_group(model))
             continue
         rows, grads = [], []
         if i == 0 and trace["input"].get("replaced"):  # set-input: the row given, not token + position
@@ -419,7 +434,7 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
         heading = ("stage", f"row at position {p}", "shape")
         out += _table(rows, digits, width, heading=heading, grads=grads if gradient is not None else None)
         out += _depth_lines(entry.get("depth", []), p, digits, width)
-        out += _attention_lines(entry, tokens, p, digits, width)
+        out += _attention_lines(entry, tokens, p, digits, width, kv_group(model))
 
     out += ["", "after the last block"]
     final = [(FINAL_NORM, trace["final_norm"]["row"], trace["final_norm"]["shape"])]

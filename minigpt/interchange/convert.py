@@ -93,6 +93,24 @@ def flag_value(where: str | Phrase, key: str, value: Any) -> bool:
     return value
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a model folder (config.json, an index, tokenizer_config.json), or one line
+    saying why it cannot be read."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise MinigptError("{path} is not UTF-8 text, so not JSON; the folder is damaged", path=path) from None
+    except ValueError as exc:
+        raise MinigptError("{path} is not valid JSON ({exc}); the folder is damaged", path=path, exc=exc) from None
+    except OSError as exc:
+        raise MinigptError("{path} cannot be read ({reason})", path=path, reason=exc.strerror or exc) from None
+    if not isinstance(value, dict):
+        raise MinigptError(
+            "{path} holds a JSON {name}, not an object; the folder is damaged", path=path, name=type(value).__name__
+        )
+    return value
+
+
 # ---------------------------------------------------------------- weights
 
 

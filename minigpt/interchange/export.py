@@ -1,14 +1,18 @@
 """Export a run's weights to formats other tools load.
 
     safetensors   model.safetensors (minigpt's own parameter names) + config.json ([model], vocab)
-    hf            a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained and
-                  PreTrainedTokenizerFast.from_pretrained load it
+    hf            a Hugging Face folder transformers loads (the model class and
+                  PreTrainedTokenizerFast.from_pretrained): GPT-2's, or the Llama family's
+                  (llama_export.py) for a model with its block
 
-GPT-2 is this model's family: pre-norm blocks with LayerNorm, learned absolute positions, a final
-LayerNorm, a vocabulary head. Its names and layouts (Conv1D's [in, out] weights, the tied head,
-the config keys) are gpt2_layout.py's, the table the import reads too. What GPT-2 cannot express
-(RMSNorm, post-norm, SwiGLU, Attention Residuals) is refused, naming the key. Without biases, GPT-2's are exported as
-zeros, which computes the same.
+Which folder `hf` writes is chosen in one place, `hf_family`: a model with lesson 09's block (rope
+positions, RMSNorm, SwiGLU) is a Llama-family folder (LlamaForCausalLM, MistralForCausalLM or
+Qwen2ForCausalLM), any other is chapter 17's GPT-2: pre-norm blocks with LayerNorm, learned absolute
+positions, a final LayerNorm, a vocabulary head. GPT-2's names and layouts (Conv1D's [in, out]
+weights, the tied head, the config keys) are gpt2_layout.py's, the table the import reads too. What
+the chosen family cannot express (for GPT-2: RMSNorm, post-norm, SwiGLU, grouped-query heads,
+Attention Residuals) is refused, naming the key and, where the other family holds it, saying so.
+Without biases, GPT-2's are exported as zeros, which computes the same.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import torch
 
 from ..errors import MinigptError
 from ..model.gpt import MiniGPT
+from ..runs.layout import ORIGIN_FILE
 from ..text.tokenizer import TextTokenizer
 from . import gpt2_layout as gpt2
+from . import llama_export
 
 EXTRA = 'pip install "minigpt[export]"  (safetensors, transformers)'
 
@@ -53,10 +59,17 @@ def export_safetensors(model: MiniGPT, out: Path) -> list[Path]:
     return [out / "model.safetensors", out / "config.json"]
 
 
+def llama_holds(what: str = "it") -> str:
+    """What a GPT-2 refusal adds where the Llama family's folder holds the setting (`what`)."""
+    block = [part for part in ("rope positions", "RMSNorm", "SwiGLU") if part != what]
+    return f"; a Llama-family folder holds {what}, with {', '.join(block[:-1])} and {block[-1]}"
+
+
 def gpt2_refusal(model: MiniGPT) -> str | None:
     cfg = model.cfg
     if cfg.positions != "learned":
-        return f"[model] positions = {cfg.positions!r}: GPT-2 adds a learned position table (wpe)"
+        pointer = llama_holds("rope positions") if cfg.positions == "rope" else ""
+        return f"[model] positions = {cfg.positions!r}: GPT-2 adds a learned position table (wpe){pointer}"
     if cfg.residual == "attention":
         return (
             "[model] residual = 'attention': GPT-2's blocks add each sublayer to the residual stream, with no "
@@ -67,11 +80,59 @@ def gpt2_refusal(model: MiniGPT) -> str | None:
     if cfg.ffn_hidden == 0:
         return "[model] ffn_hidden = 0: every GPT-2 block has an MLP"
     if cfg.norm != "layernorm":
-        return f"[model] norm = {cfg.norm!r}: GPT-2 has LayerNorm only"
+        pointer = llama_holds("RMSNorm") if cfg.norm == "rmsnorm" else ""
+        return f"[model] norm = {cfg.norm!r}: GPT-2 has LayerNorm only{pointer}"
     if cfg.norm_position != "pre":
         return f"[model] norm_position = {cfg.norm_position!r}: GPT-2 is pre-norm"
     if cfg.activation not in gpt2.EXPORTED_ACTIVATIONS:
-        return f"[model] activation = {cfg.activation!r}: GPT-2's MLP has no gate"
+        pointer = llama_holds("SwiGLU") if cfg.activation == "swiglu" else ""
+        return f"[model] activation = {cfg.activation!r}: GPT-2's MLP has no gate{pointer}"
+    if cfg.kv_heads != cfg.n_head:
+        return f"[model] n_kv_head = {cfg.n_kv_head}: GPT-2 has a key and value head per query head{llama_holds()}"
+    if cfg.head_size * cfg.n_head != cfg.n_embd:
+        return (
+            f"[model] head_width = {cfg.head_width}: GPT-2's {cfg.n_head} heads split n_embd = {cfg.n_embd} "
+            f"evenly{llama_holds()}"
+        )
+    if 0 < cfg.sliding_window < cfg.context:
+        return f"[model] sliding_window = {cfg.sliding_window}: GPT-2 attends to every earlier position"
+    return None
+
+
+def hf_family(model: MiniGPT, imported: dict[str, Any] | None = None) -> tuple[str, str | None]:
+    """The one place `--format hf` (and `--format peft`, for the folder of its base) chooses what it
+    writes: the model_type of a Llama-family folder for a model with that block (the family of the
+    folder it was imported from, `imported` being the import's origin), GPT-2's otherwise; and what
+    that family cannot express (None: nothing)."""
+    if llama_export.is_family_block(model.cfg):
+        family = llama_export.family(model.cfg, imported_type(imported))
+        return family, llama_export.refusal(model.cfg, family)
+    return gpt2.MODEL_TYPE, gpt2_refusal(model)
+
+
+def imported_type(origin: dict[str, Any] | None) -> str | None:
+    """The model_type of the Hugging Face folder an import's origin names (its kind is "hf-" + it)."""
+    kind = str((origin or {}).get("kind", ""))
+    return kind.removeprefix("hf-") if kind.startswith("hf-") else None
+
+
+def imported_from(run_dir: Path) -> dict[str, Any] | None:
+    """The origin of the import a run descends from (its own origin.json's, or that of the run it was
+    fine-tuned from, and so on back), or None: trained here, or the chain is gone."""
+    folder, seen = Path(run_dir), set()
+    while folder.resolve() not in seen:
+        seen.add(folder.resolve())
+        try:
+            origin = json.loads((folder / ORIGIN_FILE).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        if not isinstance(origin, dict):
+            return None
+        if "run" not in origin:  # an import's: a model from elsewhere
+            return origin
+        if not isinstance(origin["run"], str):
+            return None
+        folder = Path(origin["run"])
     return None
 
 
@@ -97,40 +158,49 @@ def gpt2_config(model: MiniGPT) -> dict[str, Any]:
     return {setting.key: values[ours] for ours, setting in gpt2.SETTINGS.items()}
 
 
-def export_hf(model: MiniGPT, tokenizer: TextTokenizer, out: Path) -> list[Path]:
-    refusal = gpt2_refusal(model)
+def export_hf(
+    model: MiniGPT, tokenizer: TextTokenizer, out: Path, imported: dict[str, Any] | None = None
+) -> list[Path]:
+    """The folder transformers loads: GPT-2's or a Llama family's (hf_family); `imported`: the origin
+    of the import the run descends from (imported_from), whose family a Llama-family model keeps."""
+    family, refusal = hf_family(model, imported)
     if refusal:
         raise MinigptError(
             "{format} hf cannot express {refusal}; export with {format} safetensors instead", refusal=refusal
         )
     save_file = _safetensors()
-    cfg = model.cfg
     out.mkdir(parents=True, exist_ok=True)
-    save_file(gpt2_state(model), str(out / "model.safetensors"), metadata={"format": "pt"})
-    _write_json(
-        out / "config.json",
-        {
-            "architectures": ["GPT2LMHeadModel"],
-            "model_type": gpt2.MODEL_TYPE,
-            **gpt2_config(model),
-            "resid_pdrop": 0.0,
-            "embd_pdrop": 0.0,
-            "attn_pdrop": 0.0,
-            "bos_token_id": None,
-            "eos_token_id": None,
-            "torch_dtype": "float32",
-        },
-    )
+    if family == gpt2.MODEL_TYPE:
+        tensors, config = gpt2_state(model), gpt2_folder_config(model)
+    else:
+        tensors = llama_export.state(model)
+        config = llama_export.config_json(model.cfg, model.vocab_size, family)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(out / "config.json", config)
     (out / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
     _write_json(
         out / "tokenizer_config.json",
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": cfg.context,
+            "model_max_length": model.cfg.context,
             "clean_up_tokenization_spaces": False,
         },
     )
     return [out / name for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")]
+
+
+def gpt2_folder_config(model: MiniGPT) -> dict[str, Any]:
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": gpt2.MODEL_TYPE,
+        **gpt2_config(model),
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "torch_dtype": "float32",
+    }
 
 
 FORMATS = ("safetensors", "hf", "peft")
@@ -145,12 +215,17 @@ def check_export(format: str, out: Path) -> None:
         raise MinigptError("{out} {given} already exists and is not an empty folder; choose another {out}", given=out)
 
 
-def export(model: MiniGPT, tokenizer: TextTokenizer, format: str, out: Path) -> list[Path]:
-    """The model in `format` (one of FORMATS) in the folder `out`; the files written."""
+def export(
+    model: MiniGPT, tokenizer: TextTokenizer, format: str, out: Path, imported: dict[str, Any] | None = None
+) -> list[Path]:
+    """The model in `format` (one of FORMATS but peft) in the folder `out`; the files written.
+    `imported`: the origin of the import the run descends from (imported_from), for `hf`."""
     out = Path(out)
     check_export(format, out)
     try:
-        return export_safetensors(model, out) if format == "safetensors" else export_hf(model, tokenizer, out)
+        if format == "safetensors":
+            return export_safetensors(model, out)
+        return export_hf(model, tokenizer, out, imported)
     except OSError as exc:
         raise MinigptError(
             "{out} {given} cannot be written ({reason}); choose another {out}",

@@ -30,6 +30,7 @@ from .convert import (
     minigpt_state,
     model_dtype,
     model_section,
+    read_json,
     renamed,
     torch_load,
     whole_number,
@@ -48,22 +49,6 @@ _ATTENTION_FLAGS = {
     "reorder_and_upcast_attn": (False, "scales the keys before the product and upcasts it"),
     "add_cross_attention": (False, "adds a cross-attention layer to every block (an encoder-decoder)"),
 }
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise MinigptError("{path} is not UTF-8 text; a GPT-2 folder's config.json is JSON", path=path) from None
-    except ValueError as exc:
-        raise MinigptError("{path} is not valid JSON ({exc}); the folder is damaged", path=path, exc=exc) from None
-    except OSError as exc:
-        raise MinigptError("{path} cannot be read ({reason})", path=path, reason=exc.strerror or exc) from None
-    if not isinstance(value, dict):
-        raise MinigptError(
-            "{path} holds a JSON {name}, not an object; it is not a GPT-2 config", path=path, name=type(value).__name__
-        )
-    return value
 
 
 def _gpt2_settings(raw: dict[str, Any], where: str | Phrase) -> dict[str, Any]:
@@ -263,7 +248,7 @@ def read_hf_gpt2(folder: Path, context: int | None = None, progress: Progress = 
         )
     if not (folder / "config.json").is_file():
         raise MinigptError("{folder} has no config.json; it is not a Hugging Face model folder", folder=folder)
-    settings = _gpt2_settings(_read_json(folder / "config.json"), str(folder / "config.json"))
+    settings = _gpt2_settings(read_json(folder / "config.json"), str(folder / "config.json"))
     crop = kept_rows(context, settings["rows"])
     weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()), None)
     if weights is None:

@@ -1,5 +1,6 @@
 """LoRA adapters as PEFT saves them for GPT2LMHeadModel: adapter_config.json and
-adapter_model.safetensors, both directions.
+adapter_model.safetensors, both directions; and, written only, for the Llama family's folders
+(llama_export.py splits the stacked matrices' adapters into one per projection).
 
 PEFT names an adapter of GPT-2's Conv1D `transformer.h.{i}.attn.c_attn` as
 `base_model.model.transformer.h.{i}.attn.c_attn.lora_A.weight` ([r, in]) and `...lora_B.weight`
@@ -18,8 +19,10 @@ from typing import Any
 import torch
 
 from ..errors import MinigptError
+from ..runs.layout import ORIGIN_FILE
 from . import gpt2_layout as gpt2
-from .export import _safetensors
+from . import llama_export
+from .export import _safetensors, hf_family, imported_from
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -46,17 +49,57 @@ def _theirs(ours_weight: str) -> str:
     raise KeyError(ours_weight)
 
 
+def export_adapter(model, adapters: dict[str, torch.Tensor], settings: dict[str, Any], out: Path) -> list[Path]:
+    """A LoRA run's adapters (its checkpoint's tensors and settings; `model` the merged model) as
+    PEFT's files, for the folder `--format hf` writes of its base (GPT-2's or a Llama family's: the
+    same choice, export.hf_family), or the folder the base was imported from."""
+    base = Path(settings["base"]["run"])
+    imported = imported_from(base)
+    family, refusal = hf_family(model, imported)
+    if refusal:
+        folder = "a GPT-2 folder" if family == gpt2.MODEL_TYPE else f"a {llama_export.NAMES[family]} folder"
+        raise MinigptError("{format} peft adapts " + folder + ", which cannot express {refusal}", refusal=refusal)
+    # PEFT loads an adapter onto base_model_name_or_path: the Hugging Face folder the base run was
+    # imported from when it is such an import itself (not a fine-tune of one), else the base run
+    own = _own_import(base)
+    name = str(own["path"]) if own is not None and str(own.get("kind", "")).startswith("hf") else str(base)
+    if family == gpt2.MODEL_TYPE:
+        return write_adapter(adapters, settings, name, out)
+    tensors = llama_export.adapter_tensors(adapters, model.cfg)
+    targets = llama_export.target_modules(settings["targets"].split(","))
+    return _write(tensors, settings, name, targets, False, out)
+
+
+def _own_import(run_dir: Path) -> dict[str, Any] | None:
+    """The origin of `run_dir` when it was itself imported (its origin.json names a source path and
+    no run it was fine-tuned from); None otherwise."""
+    try:
+        origin = json.loads((Path(run_dir) / ORIGIN_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return origin if isinstance(origin, dict) and "run" not in origin and "path" in origin else None
+
+
 def write_adapter(adapters: dict[str, torch.Tensor], settings: dict[str, Any], base: str, out: Path) -> list[Path]:
-    """A LoRA checkpoint's adapters (model/lora.adapter_state's names) and settings as PEFT's files."""
-    save_file = _safetensors()
+    """A LoRA checkpoint's adapters (model/lora.adapter_state's names) and settings as PEFT's files
+    for GPT2LMHeadModel."""
     tensors = {}
     for name, tensor in adapters.items():
         matrix, factor = name.rsplit(".", 1)  # blocks.0.attention.qkv, lora_A
         theirs = _theirs(matrix + ".weight").removesuffix(".weight")
-        tensors[f"{PREFIX}{theirs}.{factor}.weight"] = tensor.detach().float().contiguous().clone()
+        tensors[f"{theirs}.{factor}.weight"] = tensor
     targets = [MODULES[name] for name in settings["targets"].split(",")]
+    return _write(tensors, settings, base, targets, True, out)  # GPT-2's Conv1D stores [in, out]
+
+
+def _write(
+    tensors: dict[str, torch.Tensor], settings: dict[str, Any], base: str, targets: list[str], conv1d: bool, out: Path
+) -> list[Path]:
+    """adapter_model.safetensors (`tensors` under the base model's module names) and adapter_config.json."""
+    save_file = _safetensors()
     out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    stored = {PREFIX + name: t.detach().float().contiguous().clone() for name, t in tensors.items()}
+    save_file(stored, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -65,7 +108,7 @@ def write_adapter(adapters: dict[str, torch.Tensor], settings: dict[str, Any], b
         "lora_alpha": settings["alpha"],
         "lora_dropout": settings["dropout"],
         "target_modules": targets,
-        "fan_in_fan_out": True,  # GPT-2's Conv1D stores [in, out]
+        "fan_in_fan_out": conv1d,
         "bias": "none",
         "use_rslora": False,
         "use_dora": False,

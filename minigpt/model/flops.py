@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..config import ModelConfig
-from ..counts import Counts, Formula, Part, depth_reads, parameter_counts, sizes_of
+from ..counts import Counts, Formula, Part, depth_reads, grouped_attention, parameter_counts, sizes_of
 
 if TYPE_CHECKING:
     from .gpt import MiniGPT
@@ -39,16 +39,20 @@ TRAINING_FLOPS = 6  # per forward multiply-add: 2 FLOPs each, forward and backwa
 def forward_counts(cfg: ModelConfig, vocab_size: int, positions: int | None = None) -> Counts:
     """Multiply-adds per token of one forward pass over `positions` (T; default: the context), by part,
     in the order a token's row meets them. The projections cost what their parameters count; the
-    attention table (Q Kᵀ, T·D: every head's D/H coordinates against T keys) and its weighted sum of
-    the values (T·D) are the terms that grow with T."""
+    attention table (Q Kᵀ, T·D: every head's D/H coordinates against T keys; n_head T·d with heads of
+    width d that do not add up to D, or grouped-query attention) and its weighted sum of the values
+    (the same) are the terms that grow with T."""
     params = parameter_counts(cfg, vocab_size)
     by_name = {p.name: p for p in params.block}
     norm = [by_name["norm1"]] if "norm1" in by_name else []
     block = [*norm]
     for name, shown in (("W_Q", "Q"), ("W_K", "K"), ("W_V", "V")):
         block.append(Part(f"attention.{shown}", by_name[f"attention.{name}"].formula, f"x {name}"))
-    block.append(Part("attention.scores", Formula.of(TD=1), "Q Kᵀ"))
-    block.append(Part("attention.weighted_sum", Formula.of(TD=1), "weights x V"))
+    # each query head's d coordinates against T keys: T·D while the heads split the width (n_head d = D),
+    # else n_head T·d (grouped-query attention reads a shared key as often as a key of its own)
+    table = Formula.of(Td=cfg.n_head) if grouped_attention(cfg) else Formula.of(TD=1)
+    block.append(Part("attention.scores", table, "Q Kᵀ"))
+    block.append(Part("attention.weighted_sum", table, "weights x V"))
     block.append(Part("attention.W_O", by_name["attention.W_O"].formula, "x W_O"))
     block += [by_name[name] for name in ("norm2", "ffn.W1", "ffn.W2") if name in by_name]
     reads = depth_reads(cfg)

@@ -232,8 +232,13 @@ class MiniGPT(nn.Module):
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
         # rope and alibi: no parameters, tables inside attention, computed once per length and shared
         self.positions: Rotary | Alibi | None = None
+        self.own_scaling: RopeScaling | None = None
         if cfg.positions == "rope":
-            self.positions = Rotary(cfg.n_embd // cfg.n_head, cfg.rope_theta, cfg.context)
+            self.positions = Rotary(cfg.head_size, cfg.rope_theta, cfg.context, cfg.rope_angles == "float32")
+            # the model's own rule (an imported model's rope_scaling): always applied unless a reading replaces it
+            if cfg.rope_scaling:
+                self.own_scaling = parse_rope_scaling(cfg.rope_scaling)
+                self.positions.set_scaling(self.own_scaling)
         elif cfg.positions == "alibi":
             self.positions = Alibi(cfg.n_head, cfg.context)
         # How it is read (read_with): past the trained length on purpose, or with rope scaled.
@@ -294,7 +299,7 @@ class MiniGPT(nn.Module):
             )
         self.extrapolate, self.rope_scaling = extrapolate, rope_scaling
         if isinstance(self.positions, Rotary):
-            self.positions.set_scaling(rope_scaling)
+            self.positions.set_scaling(rope_scaling or self.own_scaling)
         return self
 
     @property
@@ -304,6 +309,20 @@ class MiniGPT(nn.Module):
         if self.extrapolate:
             return None
         return self.rope_scaling.accepts(self.context) if self.rope_scaling is not None else self.context
+
+    def check_window(self, length: int, what: str) -> None:
+        """Refuse a text longer than the model's sliding window ([model] sliding_window), whatever
+        it is read with: past it, its attention reads fewer keys than minigpt's would."""
+        window = self.cfg.sliding_window
+        if window and length > window:
+            raise ContextTooLongError(
+                "{what} has {length} tokens but this model attends within a sliding window of {window} ([model] "
+                "sliding_window = {window}): past it each position reads only the last {window} keys, which minigpt "
+                "does not compute, so use at most {window} tokens",
+                what=what,
+                length=length,
+                window=window,
+            )
 
     @property
     def cache_reach(self) -> int | None:
@@ -315,6 +334,7 @@ class MiniGPT(nn.Module):
 
     def check_length(self, length: int, what: str = "the sequence", advice: str = "") -> None:
         """Refuse a text longer than this model accepts as it is read now (check_context)."""
+        self.check_window(length, what)
         check_context(length, self.context, what, advice, self.cfg.positions, self.window, self.rope_scaling)
 
     def num_parameters(self) -> int:
@@ -334,10 +354,15 @@ class MiniGPT(nn.Module):
             "norm_position": cfg.norm_position,
             "activation": cfg.activation,
             "bias": cfg.bias,
+            **{key: True for key in ("qkv_bias", "out_bias", "ffn_bias") if getattr(cfg, key)},
+            **({"n_kv_head": cfg.n_kv_head} if cfg.n_kv_head else {}),
+            **({"head_width": cfg.head_width} if cfg.head_width else {}),
             "tie_embeddings": cfg.tie_embeddings,
             "dtype": cfg.dtype,
             "positions": cfg.positions,
             **({"rope_theta": cfg.rope_theta} if cfg.positions == "rope" else {}),
+            **({"rope_scaling": cfg.rope_scaling} if cfg.rope_scaling else {}),
+            **({"sliding_window": cfg.sliding_window} if cfg.sliding_window else {}),
             "residual": cfg.residual,
             **({"attention_residual_blocks": cfg.attention_residual_blocks} if cfg.residual == "attention" else {}),
         }

@@ -95,18 +95,22 @@ def make_norm(
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention: project, split into heads, mask, softmax, mix values, join, W_O."""
+    """Multi-head causal attention: project, split into heads, mask, softmax, mix values, join, W_O.
+    With grouped-query attention (`n_kv_head` < `n_head`) query head h reads key and value head
+    h // (n_head / n_kv_head): a group of adjacent query heads shares one, as transformers' Llama does."""
 
     def __init__(self, cfg: ModelConfig, positions: Rotary | Alibi | None = None):
         """`positions`: the model's rope or ALiBi tables (positions.py), shared by every block; None
         for learned positions (added to the stream before block 0) or none."""
         super().__init__()
         self.positions = positions
-        self.n_head = cfg.n_head
-        self.head_width = cfg.n_embd // cfg.n_head
-        # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path.
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
-        self.out = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)  # W_O
+        self.n_head, self.n_kv_head = cfg.n_head, cfg.kv_heads
+        self.head_width = cfg.head_size
+        # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path. Its
+        # rows: n_head query heads, then n_kv_head key heads, then n_kv_head value heads, d rows each.
+        inner = self.n_head * self.head_width
+        self.qkv = nn.Linear(cfg.n_embd, inner + 2 * self.n_kv_head * self.head_width, bias=cfg.biased("qkv"))
+        self.out = nn.Linear(inner, cfg.n_embd, bias=cfg.biased("out"))  # W_O
         self.dropout = cfg.dropout
 
     def forward(
@@ -115,41 +119,49 @@ class CausalSelfAttention(nn.Module):
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
         which still reads every key and value (and stores them all in the cache)."""
         B, T, C = x.shape  # batch, new positions, width
-        qkv = self.qkv(x)  # x [W_Q | W_K | W_V] + b: [B, T, 3C]
-        # Q, K, V, each split into heads [B, H, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
-        # of its third (one view and one permute, no copy)
+        H, K, d = self.n_head, self.n_kv_head, self.head_width
+        qkv = self.qkv(x)  # x [W_Q | W_K | W_V] + b: [B, T, (H + 2K) d]
+        # Q, K, V, each split into heads [B, heads, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
+        # of its part (views and permutes, no copy)
         past = cache.length if cache is not None else 0  # the absolute position of this x's first row
         rotary = self.positions if isinstance(self.positions, Rotary) else None
-        if rotary is None:
-            q, k, v = qkv.view(B, T, 3, self.n_head, self.head_width).permute(2, 0, 3, 1, 4).unbind(0)
-        else:  # rope: the queries and keys (one [B, T, 2, H, d] slab) turned by their positions, the values not
+        if rotary is None and H == K:
+            q, k, v = qkv.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4).unbind(0)
+        elif rotary is None:
+            q, k, v = qkv.view(B, T, H + 2 * K, d).transpose(1, 2).split((H, K, K), dim=1)
+        else:  # rope: the queries and keys (one [B, T, H + K, d] slab) turned by their positions, the values not
             # split, not sliced: its backward is one concatenation, a slice's a zero fill and an add
-            qk, v = qkv.view(B, T, 3, self.n_head, self.head_width).split((2, 1), dim=2)
-            q, k = rotary.rotate(qk, past).permute(2, 0, 3, 1, 4).unbind(0)
-            v = v.squeeze(2).transpose(1, 2)
+            qk, v = qkv.view(B, T, H + 2 * K, d).split((H + K, K), dim=2)
+            q, k = rotary.rotate(qk, past).transpose(1, 2).split((H, K), dim=1)
+            v = v.transpose(1, 2)
             if recorder is not None:
                 q = recorder.record(stages.ROTATED_QUERY, q)  # [B, H, T, d]
-                k = recorder.record(stages.ROTATED_KEY, k)
+                k = recorder.record(stages.ROTATED_KEY, k)  # [B, K, T, d]
         if cache is not None:
-            k, v = cache.extend(k, v)  # [B, H, S, d]: the cached keys and values, then these T
+            k, v = cache.extend(k, v)  # [B, K, S, d]: the cached keys and values, then these T
         S = k.shape[2]  # keys visible in total: the cached ones plus these T
         if last_only:  # one query, the last position: it may read every key, so no mask is needed
             q, past, T = q[:, :, -1:], S - 1, 1
         p = self.dropout if self.training else 0.0
+        # grouped: the fused kernel reads each key and value head for its group of query heads itself
+        grouped = {"enable_gqa": True} if K != H else {}
         # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
         # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
         alibi = self.positions if isinstance(self.positions, Alibi) else None
         if recorder is None and not _lowered_precision(x):
             if alibi is not None:  # the bias carries the causal mask (-inf past the query)
                 bias = alibi.bias(T, S, past, x.device, q.dtype)
-                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)  # [B, H, T, d]
+                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, **grouped)  # [B, H, T, d]
             elif past == 0:
-                mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1)  # [B, H, T, d]
+                mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1, **grouped)
             else:
                 mask = None if T == 1 else _causal_mask(T, S, past, x.device)
-                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, **grouped)
         else:
-            scores = q @ k.transpose(-2, -1)  # [B, H, T, S]
+            # [B, K, H/K, T, d] against [B, K, 1, S, d]: each group of query heads reads its key head by
+            # broadcasting, no copy of the keys or values per query head
+            grouped_q = q.unflatten(1, (K, H // K))
+            scores = (grouped_q @ k.unsqueeze(2).transpose(-2, -1)).flatten(1, 2)  # [B, H, T, S]
             if scores.dtype in (torch.bfloat16, torch.float16):
                 scores = scores.float()  # scale, mask and softmax in float32: only the matmuls are lowered
             scores = scores / math.sqrt(self.head_width)
@@ -162,10 +174,10 @@ class CausalSelfAttention(nn.Module):
                 recorder.record(stages.ATTENTION_WEIGHTS, weights)
             if p > 0:
                 weights = F.dropout(weights, p)
-            mixed = weights.to(v.dtype) @ v  # [B, H, T, d]
+            mixed = (weights.to(v.dtype).unflatten(1, (K, H // K)) @ v.unsqueeze(2)).flatten(1, 2)  # [B, H, T, d]
         if recorder is not None:
             mixed = recorder.modify(stages.HEADS, mixed)  # e.g. one head ablated
-        joined = mixed.transpose(1, 2).reshape(B, T, C)  # join the heads back to [B, T, C]
+        joined = mixed.transpose(1, 2).reshape(B, T, H * d)  # join the heads back to [B, T, H d]
         attention = self.out(joined)  # W_O: [B, T, C]
         return F.dropout(attention, p) if p > 0 else attention
 
@@ -192,8 +204,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.activation = cfg.activation
         widen = 2 if cfg.activation == "swiglu" else 1
-        self.W1 = nn.Linear(cfg.n_embd, widen * cfg.ffn_hidden, bias=cfg.bias)
-        self.W2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.bias)
+        self.W1 = nn.Linear(cfg.n_embd, widen * cfg.ffn_hidden, bias=cfg.biased("W1"))
+        self.W2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.biased("W2"))
         self.dropout = cfg.dropout
 
     def forward(self, x: Tensor, recorder: Recorder | None = None) -> Tensor:

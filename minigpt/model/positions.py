@@ -71,9 +71,26 @@ class RopeScaling:
         return int(math.floor(self.factor * (self.original_context or context)))
 
 
+# The fields a written rule may set after kind:factor, as name=value (an imported model's own rule)
+_SETTINGS = {
+    "original_context": int,
+    "attention_factor": float,
+    "beta_fast": float,
+    "beta_slow": float,
+    "mscale": float,
+    "mscale_all_dim": float,
+    "truncate": bool,
+    "low_freq_factor": float,
+    "high_freq_factor": float,
+}
+
+
 def parse_rope_scaling(text: str) -> RopeScaling:
-    """`linear:4`, `ntk:4`, `yarn:4` (or transformers' name `dynamic:4`; `llama3:8`) as a RopeScaling."""
-    kind, _, factor = str(text).partition(":")
+    """`linear:4`, `ntk:4`, `yarn:4` (or transformers' name `dynamic:4`; `llama3:8`) as a RopeScaling,
+    optionally followed by `,name=value` settings of transformers' rope_scaling (an imported model's
+    rule, as `spelled` writes it: `llama3:32,original_context=8192,high_freq_factor=4`)."""
+    head, *settings = str(text).split(",")
+    kind, _, factor = head.partition(":")
     if kind not in SCALING_KINDS:
         raise MinigptError(
             "{rope_scaling} {given} names no scaling rule; expected linear:F, ntk:F or yarn:F with F a factor "
@@ -90,7 +107,40 @@ def parse_rope_scaling(text: str) -> RopeScaling:
             given=text,
             value=f"{kind}:4",
         )
-    return RopeScaling(SCALING_KINDS[kind], value, name=text)
+    fields: dict = {}
+    for setting in settings:
+        name, _, raw = setting.partition("=")
+        kind_of = _SETTINGS.get(name.strip())
+        try:
+            if kind_of is None:
+                raise ValueError(name)
+            if kind_of is bool:
+                if raw.strip() not in ("true", "false"):
+                    raise ValueError(raw)
+                fields[name.strip()] = raw.strip() == "true"
+            else:
+                fields[name.strip()] = kind_of(raw.strip())
+        except ValueError:
+            raise MinigptError(
+                "{rope_scaling} {given}: {value} is not a setting of the rule; after kind:factor come name=value "
+                "settings among {join}",
+                given=text,
+                value=setting,
+                join=", ".join(_SETTINGS),
+            ) from None
+    return RopeScaling(SCALING_KINDS[kind], value, name=text, **fields)
+
+
+def spelled(scaling: RopeScaling) -> str:
+    """The text `parse_rope_scaling` reads back as `scaling`: kind:factor, then every setting that
+    differs from its default (what an imported model's [model] rope_scaling holds)."""
+    default = RopeScaling(scaling.kind, scaling.factor)
+    parts = [f"{scaling.kind}:{scaling.factor!r}"]
+    for name in _SETTINGS:
+        value = getattr(scaling, name)
+        if value != getattr(default, name):
+            parts.append(f"{name}={str(value).lower() if isinstance(value, bool) else repr(value)}")
+    return ",".join(parts)
 
 
 def inverse_frequencies(
@@ -113,8 +163,9 @@ def inverse_frequencies(
     if scaling.kind == "linear":
         return 1.0 / (theta**exponents) / factor, 1.0
     if scaling.kind == "dynamic":  # transformers reads max_position_embeddings as the trained length
-        length = max(length, original)
-        base = theta * ((factor * length / original) - (factor - 1)) ** (d / (d - 2))
+        # past it transformers takes the length as a tensor, so its new base is float32 arithmetic
+        read = torch.tensor(length) if length > original and dtype == torch.float32 else max(length, original)
+        base = theta * ((factor * read / original) - (factor - 1)) ** (d / (d - 2))
         return 1.0 / (base**exponents), 1.0
     if scaling.kind == "llama3":
         return _llama3(1.0 / (theta**exponents), scaling, original), 1.0
@@ -165,8 +216,11 @@ class Rotary:
     angle repeated in both halves), computed once per length, device and dtype. `scaling` is a
     reading choice (`MiniGPT.read_with`), never trained: changing it drops the tables."""
 
-    def __init__(self, head_width: int, theta: float, context: int):
+    def __init__(self, head_width: int, theta: float, context: int, float32_angles: bool = False):
+        """`float32_angles`: compute the angles in float32 even for a float64 model, as transformers
+        does for every model (an imported model's [model] rope_angles = "float32")."""
         self.head_width, self.theta, self.context = head_width, theta, context
+        self.float32_angles = float32_angles
         self.scaling: RopeScaling | None = None
         self._tables: dict = {}
         self._views: dict = {}
@@ -193,13 +247,14 @@ class Rotary:
         found = self._tables.get(key)
         if found is not None and found[0].shape[0] >= end:
             return found
-        rows = max(end, self.context) if key[0] == 0 else end
+        # the trained length at once (up to 4,096 rows: an imported model's context may be 131,072)
+        rows = max(end, min(self.context, 4096)) if key[0] == 0 else end
         if found is not None:
             rows = max(rows, 2 * found[0].shape[0])  # grow geometrically: a text read a token at a time
         elif key[0]:  # the dynamic rule's tables of other lengths are not read again: keep one, not one per length
             self._tables = {k: v for k, v in self._tables.items() if k[0] == 0}
         # transformers' float32 arithmetic; a float64 model's own, exact to its rounding
-        exact = torch.float64 if dtype == torch.float64 else torch.float32
+        exact = torch.float64 if dtype == torch.float64 and not self.float32_angles else torch.float32
         inv_freq, attention_factor = inverse_frequencies(
             self.head_width, self.theta, self.scaling, self.context, end, exact
         )

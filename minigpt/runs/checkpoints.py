@@ -7,7 +7,6 @@ trained as, never from a config that merely names the run.
 
 from __future__ import annotations
 
-import io
 import pickle
 from dataclasses import asdict
 from pathlib import Path
@@ -27,12 +26,10 @@ from .layout import FORMAT_VERSION
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    # Serialised in memory first: torch.save reports a full disk as a RuntimeError about positions
-    # in its archive, while a plain write says OSError "No space left on device".
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    # Streamed into the temporary file, not serialised in memory first: an imported 1B model would
+    # otherwise be held twice. torch.save passes the file's own OSError on ("No space left on device").
     # The failpoint lets a test kill or fail the write here: the temporary file written, not yet renamed.
-    atomic_write(path, lambda f: (f.write(buffer.getbuffer()), failpoints.reach("checkpoint-write")), binary=True)
+    atomic_write(path, lambda f: (torch.save(payload, f), failpoints.reach("checkpoint-write")), binary=True)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

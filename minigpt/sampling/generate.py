@@ -16,8 +16,12 @@ the last position only (`last_only`), and on the folded copy wherever a fold app
 the same forward, with each norm's gain and bias folded into the matrix that reads it, the same
 model up to float32 rounding, called without nn.Module's hook machinery since no user holds it);
 `fast_path=False` keeps the model itself, and so does a model someone has registered hooks on (its
-hooks see every pass). The KV-cache steps while the window fills stay on the model itself: a fold
-costs more than the few cached steps it could speed up (at most `context - 1` of them).
+hooks see every pass). The KV-cache steps while the window fills run a decoding copy when at least
+decoding.WORTH_STEPS of them will (an imported model's table has thousands of rows): the same
+weights, each matrix stored the way a one-row product reads it fastest, called without hooks
+(decoding.py); fewer cached steps (a small table) run the model itself, since copying would cost
+more than it saves. The decoding copy is not folded: folding a large model (float64 products) takes
+seconds, and unfolded it computes every norm as the model does.
 
 Pieces, from pure to plumbing:
     filter_logits, next_token_distribution, choose     one step's distribution and choice
@@ -41,6 +45,7 @@ from ..model.cache import KVCache
 from ..model.fold import fold_norms, unfoldable
 from ..model.gpt import MiniGPT, check_token_ids
 from ..model.hooks import hooked
+from . import decoding
 
 # ----------------------------------------------------------------------------------------------
 # one step: scores -> distribution -> token
@@ -116,12 +121,15 @@ class Generation:
     ):
         self.model, self.prompt, self.settings = model, prompt, settings
         self.writable = writable  # ids 0 .. writable - 1 only: a padded model's extra rows are never drawn
-        self.generator, self.use_cache = generator, use_cache
+        self.generator, self.use_cache, self.fast_path = generator, use_cache, fast_path
         self.stop_reason: str | None = None
         # A model someone hooks is sampled as it is: its hooks see every pass (model/hooks.py).
         self._hooked = hooked(model)
         self._foldable = fast_path and not self._hooked and unfoldable(model) is None
         self._folded: MiniGPT | None = None
+        # what the KV-cache steps run: the model, or its decoding copy (decoding.py) when enough
+        # steps will read it; chosen at the first cached step
+        self._decoder: MiniGPT | None = None
         self._window_runtime = None  # onnx_window.WindowRuntime, built at the first full window
 
     def _recompute(self, window: Tensor) -> Tensor:
@@ -139,6 +147,14 @@ class Generation:
             return self._window_runtime(window)
         return model(window, last_only=True)[0][:, -1]
 
+    def _decoding_model(self, steps: int) -> MiniGPT:
+        """The model the cached steps run: its decoding copy (decoding.py: each matrix stored the way a
+        one-row product reads it fastest) when at least `decoding.WORTH_STEPS` of them will read it and the
+        model may be copied, else the model itself."""
+        if self.fast_path and steps >= decoding.WORTH_STEPS and decoding.decodable(self.model) is None:
+            return decoding.decoding_copy(self.model)
+        return self.model
+
     def __iter__(self) -> Iterator[Step]:
         model, s = self.model, self.settings
         # the longest window the model reads (None: the whole text, read past its trained length on
@@ -149,7 +165,8 @@ class Generation:
             # One buffer for the whole text, written in place: no concatenation per token.
             text = self.prompt.new_empty((batch, length + s.max_new_tokens))
             text[:, :length] = self.prompt
-            capacity = window if window is not None else length + s.max_new_tokens
+            # no more room than this text can take (an imported model's window may be 131,072)
+            capacity = length + s.max_new_tokens if window is None else min(window, length + s.max_new_tokens)
             cache = KVCache(len(model.blocks), capacity) if self.use_cache else None
         for index in range(s.max_new_tokens):
             if window is not None and length >= window and not s.slide:
@@ -158,11 +175,14 @@ class Generation:
             with torch.inference_mode():
                 if cache is not None and (reach is None or length <= reach):
                     # The window is still filling: feed only what the cache has not seen.
-                    logits = model(text[:, cache.length : length], cache=cache, last_only=True)[0][:, -1]
+                    if self._decoder is None:  # chosen by how many steps will read the cache
+                        left = s.max_new_tokens - index
+                        self._decoder = self._decoding_model(left if reach is None else min(left, reach - length + 1))
+                    logits = self._decoder(text[:, cache.length : length], cache=cache, last_only=True)[0][:, -1]
                 else:
                     # past the table every position moves: recompute the last `window` (with rope's
                     # dynamic rule every key turns with the length: recompute the whole text)
-                    cache = None
+                    cache = self._decoder = None  # the decoding copy's memory back before any fold
                     logits = self._recompute(text[:, max(0, length - window) if window is not None else 0 : length])
                 if self.writable is not None:
                     logits = logits[:, : self.writable]
@@ -192,7 +212,7 @@ def generate(
     The draws come from `generator`, or where none is given from one seeded with `settings.seed` on
     the model's device: reproducible without touching the global RNG.
     `use_cache=False` recomputes the whole window every step: the reference the KV cache must match.
-    `fast_path=False` makes every full recompute run the model itself instead of its folded copy.
+    `fast_path=False` makes every step run the model itself, never its folded or decoding copy.
     `runtime = "onnxruntime"` runs the full windows past the table on onnxruntime (onnx_window.py).
     `writable`: how many ids the tokenizer can write, when the model has more rows than that
     (nanoGPT pads GPT-2's 50,257 ids to 50,304 rows): only those ids are ever drawn, the

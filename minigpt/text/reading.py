@@ -4,7 +4,6 @@ training head and a validation tail, and encoded into a compact array of ids."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import os
 import stat
@@ -89,8 +88,8 @@ def encode(tokenizer: TextTokenizer, text: str, on_characters: Callable[[int], N
     dtype = id_dtype(tokenizer.vocab_size)
     pieces = []
     for piece in line_chunks(text):
-        ids = tokenizer.encode_lines(piece.splitlines(keepends=True))
-        pieces.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype))
+        # the text alone, no BOS; an imported tokenizer reads the piece whole, as transformers would
+        pieces.append(np.fromiter(tokenizer.encode(piece, special=False), dtype=dtype))
         on_characters(len(piece))
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
 

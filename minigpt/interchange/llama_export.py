@@ -1,0 +1,214 @@
+"""Export to the Llama family: a run whose model LlamaForCausalLM, MistralForCausalLM or
+Qwen2ForCausalLM computes, as a Hugging Face folder (config.json in transformers 5's shape,
+model.safetensors, the tokenizer), and a LoRA run's adapters as PEFT saves them for that folder.
+
+The family's block is lesson 09's: pre-norm RMSNorm, attention with rotary positions (grouped-query
+heads, any head width), a SwiGLU FFN, residual adds. The three families differ only where they put
+biases and windows: Llama biases W_Q, W_K, W_V and W_O together (attention_bias) and the FFN's
+three matrices together (mlp_bias), Qwen2 biases W_Q, W_K and W_V alone, Mistral has no biases and
+may have a sliding window. A run imported from one of them is written back as that family (its
+origin's model_type); any other run as Qwen2 when exactly its W_Q, W_K, W_V are biased, Mistral when
+it has a window, Llama otherwise. What no family expresses is refused, naming the key.
+
+Tensor names are llama_layout.py's, the table the import reads too: minigpt's stacked `qkv` and
+`W1` are split back into q_proj, k_proj, v_proj and gate_proj, up_proj along their rows. A tied
+head is stored once, as transformers stores it (no lm_head.weight).
+
+LoRA: minigpt adapts the stacked matrices, PEFT on Llama adapts q_proj, k_proj, v_proj (gate_proj,
+up_proj) one by one. The stacked update B A splits exactly into one adapter per projection, each
+with the same A and the rows of B that write that projection's rows, at the same rank and alpha.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config import ModelConfig
+from ..model.positions import RopeScaling, parse_rope_scaling
+from . import llama_layout as llama
+
+FAMILIES = tuple(llama.ARCHITECTURES)  # config.json's model_type of each
+NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+# What the family's block is: a model with all three is written as one of its folders (export.hf_family)
+BLOCK = {"positions": "rope", "norm": "rmsnorm", "activation": "swiglu"}
+BIAS_KEYS = {"qkv": "qkv_bias", "out": "out_bias", "W1": "ffn_bias", "W2": "ffn_bias"}  # part -> its switch
+PART_OF = {"qkv_bias": "qkv", "out_bias": "out", "ffn_bias": "W1"}  # switch -> a part it biases
+
+
+def is_family_block(cfg: ModelConfig) -> bool:
+    return all(getattr(cfg, key) == value for key, value in BLOCK.items())
+
+
+def _bias_key(cfg: ModelConfig, part: str) -> str:
+    """The [model] key that gives part `part` its bias."""
+    return "bias" if cfg.bias else BIAS_KEYS[part]
+
+
+def family(cfg: ModelConfig, imported: str | None = None) -> str:
+    """The family (model_type) a model is written as: the one it was imported from (`imported`),
+    else the one its biases and window say."""
+    if imported in FAMILIES:
+        return imported
+    if cfg.biased("qkv") and not cfg.biased("out") and not cfg.biased("W1"):
+        return "qwen2"
+    return "mistral" if cfg.sliding_window else "llama"
+
+
+def refusal(cfg: ModelConfig, model_type: str) -> str | None:
+    """What keeps a model with the family's block (is_family_block) out of `model_type`, naming the
+    key; None when that family computes it."""
+    name = NAMES[model_type]
+    if cfg.exercise != "none":
+        return f"[model] exercise = {cfg.exercise!r}: a learner's module computes part of it, transformers its own"
+    if cfg.norm_position != "pre":
+        return f"[model] norm_position = {cfg.norm_position!r}: {name} is pre-norm"
+    if cfg.residual is not True:
+        given = "false" if cfg.residual is False else repr(cfg.residual)
+        return f"[model] residual = {given}: {name}'s blocks add each sublayer to the residual stream"
+    if cfg.ffn_hidden == 0:
+        return f"[model] ffn_hidden = 0: every {name} block has an MLP"
+    biased = [part for part in ("qkv", "out", "W1") if cfg.biased(part)]
+    if model_type == "mistral" and biased:
+        key = _bias_key(cfg, biased[0])
+        return f"[model] {key} = true: Mistral, the family with a sliding window, has no biases"
+    if model_type == "qwen2" and biased != ["qkv"]:
+        part = next(p for p in ("qkv", "out", "W1") if (p in biased) != (p == "qkv"))
+        key, value = (BIAS_KEYS["qkv"], "false") if part == "qkv" else (_bias_key(cfg, part), "true")
+        return f"[model] {key} = {value}: Qwen2 biases W_Q, W_K and W_V, and nothing else"
+    if model_type == "llama" and cfg.biased("qkv") != cfg.biased("out"):
+        on, off = ("qkv_bias", "out_bias") if cfg.biased("qkv") else ("out_bias", "qkv_bias")
+        qwen2 = ", and Qwen2, which biases W_Q, W_K and W_V alone, has no FFN biases" if cfg.biased("qkv") else ""
+        return (
+            f"[model] {on} = true with {off} = false: Llama biases W_Q, W_K, W_V and W_O together "
+            f"(attention_bias){qwen2}"
+        )
+    if cfg.sliding_window and model_type != "mistral":
+        return f"[model] sliding_window = {cfg.sliding_window}: {name} attends to every earlier position"
+    return None
+
+
+# ---------------------------------------------------------------- config.json
+
+
+def rope_scaling(cfg: ModelConfig) -> RopeScaling | None:
+    return parse_rope_scaling(cfg.rope_scaling) if cfg.rope_scaling else None
+
+
+def rope_parameters(cfg: ModelConfig) -> dict[str, Any]:
+    """transformers 5's rope_parameters: rope_type, rope_theta and the rule's settings, under the
+    names llama_layout.ROPE_FIELDS gives them (the import reads the same table), each written when
+    transformers needs it or it differs from transformers' default."""
+    scaling = rope_scaling(cfg)
+    if scaling is None:
+        return {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    values = {"rope_type": scaling.kind, "rope_theta": cfg.rope_theta, "factor": scaling.factor}
+    if scaling.kind in ("yarn", "llama3"):  # the length they scale against (minigpt's context when unset)
+        values[llama.ORIGINAL_CONTEXT] = scaling.original_context or cfg.context
+    default = RopeScaling(scaling.kind, scaling.factor)
+    for theirs, ours in llama.ROPE_FIELDS[scaling.kind].items():
+        value = getattr(scaling, ours)
+        if scaling.kind == "llama3" or value != getattr(default, ours):
+            values[theirs] = value
+    return values
+
+
+def max_positions(cfg: ModelConfig) -> int:
+    """max_position_embeddings: the context, except that transformers' dynamic rule reads it as the
+    length the model was trained at, which an import cropped with a shorter context keeps apart."""
+    scaling = rope_scaling(cfg)
+    if scaling is not None and scaling.kind == "dynamic" and scaling.original_context:
+        return scaling.original_context
+    return cfg.context
+
+
+def config_json(cfg: ModelConfig, vocab_size: int, model_type: str) -> dict[str, Any]:
+    """config.json as transformers 5 writes it for `model_type`, under llama_layout.CONFIG_KEYS' names."""
+    ours = {
+        **{key: getattr(cfg, key) for key in llama.CONFIG_KEYS},
+        "n_kv_head": cfg.kv_heads,
+        "head_width": cfg.head_size,
+        "context": max_positions(cfg),
+    }
+    values: dict[str, Any] = {
+        "architectures": [llama.ARCHITECTURES[model_type]],
+        "model_type": model_type,
+        llama.VOCAB_SIZE: vocab_size,
+        **{
+            theirs: ours[key]
+            for key, theirs in llama.CONFIG_KEYS.items()
+            if key not in ("rope_theta", "sliding_window")
+        },
+        llama.ACTIVATION: "silu",
+        "rope_parameters": rope_parameters(cfg),  # rope_theta inside it, in transformers 5's shape
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+        "dtype": "float32",
+    }
+    for switch, theirs in llama.bias_keys(model_type).items():
+        if isinstance(theirs, str):  # a key of config.json (Llama's); the other families' are fixed
+            values[theirs] = cfg.biased(PART_OF[switch])
+    if model_type == "llama":
+        values["pretraining_tp"] = 1
+    elif model_type == "mistral":
+        values["sliding_window"] = cfg.sliding_window or None
+    else:  # qwen2: every layer full attention
+        qwen2 = llama.DEFAULTS["qwen2"]
+        values.update(use_sliding_window=False, sliding_window=None, max_window_layers=qwen2["max_window_layers"])
+        values["layer_types"] = ["full_attention"] * cfg.n_layer
+        if cfg.head_size * cfg.n_head == cfg.n_embd:  # Qwen2Config has no head_dim, only heads of other widths need it
+            del values[llama.CONFIG_KEYS["head_width"]]
+    return values
+
+
+# ---------------------------------------------------------------- tensors
+
+
+def _split(tensor: torch.Tensor, p: llama.Parameter, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """minigpt's tensor as transformers' tensors: whole, or its rows split as llama_layout says."""
+    counts = llama.row_counts(p, cfg)
+    pieces = (tensor,) if counts == (-1,) else torch.split(tensor, counts)
+    return {name: piece.detach().float().contiguous().clone() for name, piece in zip(p.theirs, pieces, strict=True)}
+
+
+def state(model) -> dict[str, torch.Tensor]:
+    """A MiniGPT's parameters under transformers' names (the head left out when tied)."""
+    ours = model.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    for p in llama.parameters(model.cfg):
+        tensors.update(_split(ours[p.ours], p, model.cfg))
+    return tensors
+
+
+# ---------------------------------------------------------------- PEFT
+
+
+def adapter_tensors(adapters: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """A LoRA checkpoint's adapters (model/lora.adapter_state's names: `blocks.0.attention.qkv.lora_A`)
+    under transformers' module names (`model.layers.0.self_attn.q_proj.lora_A.weight`): A shared by
+    every projection a stacked matrix holds, B split by its rows."""
+    weights = {p.ours: p for p in llama.parameters(cfg) if not p.bias}
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in adapters.items():
+        matrix, factor = name.rsplit(".", 1)  # blocks.0.attention.qkv, lora_A
+        p = weights[matrix + ".weight"]
+        modules = [theirs.removesuffix(".weight") for theirs in p.theirs]
+        if factor == "lora_A":
+            pieces = {module: tensor for module in modules}
+        else:
+            pieces = {n.removesuffix(".weight"): t for n, t in _split(tensor, p, cfg).items()}
+        for module, piece in pieces.items():
+            tensors[f"{module}.{factor}.weight"] = piece.detach().float().contiguous().clone()
+    return tensors
+
+
+def target_modules(targets: list[str]) -> list[str]:
+    """The PEFT target_modules of minigpt's lora_targets: each projection's own name (q_proj, ...)."""
+    block = {p.ours.split(".", 2)[2].removesuffix(".weight"): p for p in llama.BLOCK if not p.bias}
+    parts = {"qkv": "attention.qkv", "out": "attention.out", "W1": "ffn.W1", "W2": "ffn.W2"}
+    return [t.rsplit(".", 2)[1] for target in targets for t in block[parts[target]].theirs]
