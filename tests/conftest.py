@@ -264,7 +264,7 @@ class Numbered:
     def token_text(self, i: int) -> str:
         return f"t{i}"
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
         return [int(piece[1:]) for piece in text.split()]
 
 
