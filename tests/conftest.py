@@ -150,6 +150,16 @@ def cli():
     return invoke
 
 
+def refused(cli, *args) -> str:
+    """A refusal: `minigpt ARGS` (run by the `cli` fixture) exits 2 with one line on stderr, no
+    traceback; the line is returned."""
+    result = cli(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minigpt: error: ") and "Traceback" not in result.output
+    return lines[0]
+
+
 def run_minigpt(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
     """`python -m minigpt ARGS` as a real process (inherits MINIGPT_CACHE from the fixture)."""
     return subprocess.run(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, train_tiny_run
+from conftest import SHAKESPEARE, TINY_CONFIG, refused, train_tiny_run
 
 import minigpt
 import minigpt.explore as explore_package
@@ -67,14 +67,6 @@ def traced(cli, run, *args) -> dict:
     result = cli("trace", "--run", run, "--prompt", PROMPT, *args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-def refused(cli, *args) -> str:
-    """A refusal: exit 2 and one line on stderr, which is returned."""
-    result = cli(*args)
-    assert result.exit_code == 2, result.output
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    return result.stderr
 
 
 def reads_of(data: dict) -> list[dict]:

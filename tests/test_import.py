@@ -14,6 +14,7 @@ import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
+from conftest import refused  # noqa: E402
 from test_convert import (  # noqa: E402
     CONTEXT,
     EOT,
@@ -57,14 +58,6 @@ def ok(cli, *args):
     result = cli(*args)
     assert result.exit_code == 0, result.output
     return result
-
-
-def refused(cli, *args) -> str:
-    result = cli(*args)
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("minigpt: error: ") and "Traceback" not in result.output
-    return lines[0]
 
 
 def weights(run: Path) -> dict[str, torch.Tensor]:

@@ -29,6 +29,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 import transformers  # noqa: E402
+from conftest import refused  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
@@ -344,14 +345,6 @@ def test_a_gpt2_folder_still_imports_through_the_same_command(cli, tmp_path):
 
 
 # ---------------------------------------------------------------- refusals: one line naming the key
-
-
-def refused(cli, *args) -> str:
-    result = cli(*args)
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("minigpt: error: ") and "Traceback" not in result.output
-    return lines[0]
 
 
 def edited(source: Path, folder: Path, **changes) -> Path:
