@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
 from ..config import Config, ModelConfig, SampleConfig, TokenizerConfig, TrainConfig, model_config_from
 from ..errors import MinigptError, Phrase
@@ -109,6 +110,16 @@ def read_json(path: Path) -> dict[str, Any]:
             "{path} holds a JSON {name}, not an object; the folder is damaged", path=path, name=type(value).__name__
         )
     return value
+
+
+def read_tokenizer_file(path: Path) -> Tokenizer:
+    """A tokenizer.json as a `tokenizers.Tokenizer`, or one line saying the file is damaged."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises plain Exceptions for malformed files
+        raise MinigptError(
+            "{path} could not be read as a tokenizer ({exc}); the file is damaged", path=path, exc=exc
+        ) from None
 
 
 # ---------------------------------------------------------------- weights

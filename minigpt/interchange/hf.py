@@ -31,6 +31,7 @@ from .convert import (
     model_dtype,
     model_section,
     read_json,
+    read_tokenizer_file,
     renamed,
     torch_load,
     whole_number,
@@ -203,13 +204,7 @@ def read_gpt2_tokenizer(folder: Path) -> tuple[TextTokenizer, str]:
         )
     if (folder / "tokenizer.json").is_file():
         where = folder / "tokenizer.json"
-        try:
-            tok = Tokenizer.from_file(str(where))
-        except Exception as exc:  # the library raises plain Exceptions for malformed files
-            raise MinigptError(
-                "{where} could not be read as a tokenizer ({exc}); the file is damaged", where=where, exc=exc
-            ) from None
-        return _supported(tok, str(where)), "tokenizer.json"
+        return _supported(read_tokenizer_file(where), str(where)), "tokenizer.json"
     vocab, merges = folder / "vocab.json", folder / "merges.txt"
     if vocab.is_file() != merges.is_file():
         absent = merges if vocab.is_file() else vocab

@@ -36,7 +36,7 @@ from tokenizers import AddedToken, Tokenizer, processors
 
 from ..errors import MinigptError, Phrase
 from ..text.tokenizer import TextTokenizer, post_processors
-from .convert import flag_value, literal, read_json
+from .convert import flag_value, literal, read_json, read_tokenizer_file
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -61,12 +61,7 @@ def read_folder_tokenizer(folder: str | Path) -> tuple[TextTokenizer, str]:
             "with transformers' AutoTokenizer and saving it with save_pretrained)",
             folder=folder,
         )
-    try:
-        tok = Tokenizer.from_file(str(path))
-    except Exception as exc:  # the library raises plain Exceptions for malformed files
-        raise MinigptError(
-            "{path} could not be read as a tokenizer ({exc}); the file is damaged", path=path, exc=exc
-        ) from None
+    tok = read_tokenizer_file(path)
     where = str(path)
     files = [TOKENIZER_FILE]
     config, config_files = _config(folder)
