@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .errors import MinigptError
@@ -70,22 +72,47 @@ def use_threads(threads: int) -> None:
 # ---------------------------------------------------------------- precision
 
 
+# What a CPU's bfloat16 is, when the flags should not decide: "native" or "emulated". For a machine
+# whose flags mislead, and for the tests, which run both branches of every choice on every CPU.
+BFLOAT16_OVERRIDE = "MINIGPT_CPU_BFLOAT16"
+NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
 def native_bfloat16(device: str) -> bool:
     """Whether bfloat16 matmuls run natively here: CUDA's own answer, or on the CPU the AVX-512 BF16
-    or AMX instructions (without them torch emulates bf16, slower than float32)."""
+    or AMX instructions (without them torch emulates bf16, slower than float32), unless
+    $MINIGPT_CPU_BFLOAT16 says `native` or `emulated`."""
     if device.startswith("cuda"):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if device != "cpu":
         return False
-    flags = cpu_flags()
+    forced = os.environ.get(BFLOAT16_OVERRIDE, "")
+    if forced:
+        if forced not in ("native", "emulated"):
+            raise MinigptError(
+                "${name} = {forced!r} is not a CPU kind; set it to native or emulated, or unset it to read the "
+                "CPU's flags",
+                name=BFLOAT16_OVERRIDE,
+                forced=forced,
+            )
+        return forced == "native"
+    return cpu_has_native_bfloat16(cpu_flags(), _cpuinfo_words)
+
+
+def cpu_has_native_bfloat16(flags: dict[str, bool] | None, cpuinfo_words) -> bool:
+    """AVX-512 BF16 or AMX among the CPU's flags: torch's own reading where it gives one, else the
+    words of /proc/cpuinfo (`cpuinfo_words()`, read only then)."""
     if flags is not None:
-        return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
+        return any(flags.get(name) for name in NATIVE_BFLOAT16_FLAGS)
+    return bool(cpuinfo_words() & set(NATIVE_BFLOAT16_FLAGS))
+
+
+def _cpuinfo_words() -> set[str]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            words = set(f.read().split())
+            return set(f.read().split())
     except OSError:
-        return False
-    return bool(words & {"avx512_bf16", "amx_bf16"})
+        return set()
 
 
 def pick_precision(name: str, device: str, dtype: str) -> str:

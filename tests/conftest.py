@@ -1,13 +1,21 @@
-"""Shared fixtures: an isolated token cache for every test, a tiny config with a small text, and
-helpers to run the CLI in-process (CliRunner) or as a real process (subprocess)."""
+"""Shared fixtures: a session folder that holds every cache and setting a test run writes (never the
+user's home), an isolated token cache for every test, a tiny config with a small text, and helpers
+to run the CLI in-process (CliRunner) or as a real process (subprocess).
+
+The suite runs on pytest-xdist's workers (`-n auto` in pyproject.toml; `-n 0` runs it in this one
+process), each on one torch thread, with every process it starts on one thread too: two workers on
+two cores then neither wait for each other nor slow each other's timing-free tests."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +25,81 @@ from typer.testing import CliRunner
 REPO = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO / "data" / "tinyshakespeare.txt"
 
-# Small enough that 20 steps take well under a second on one thread.
+# Where the programs a test run starts keep their caches and settings, pointed into the session
+# folder: minigpt's token cache, matplotlib's font cache, Jupyter's and IPython's runtime files,
+# Hugging Face's hub folder, and every XDG base folder (Chromium's profile, fontconfig's cache).
+SESSION_FOLDERS = {
+    "MINIGPT_CACHE": "minigpt-cache",
+    "MPLCONFIGDIR": "matplotlib",
+    "IPYTHONDIR": "ipython",
+    "JUPYTER_CONFIG_DIR": "jupyter/config",
+    "JUPYTER_DATA_DIR": "jupyter/data",
+    "JUPYTER_RUNTIME_DIR": "jupyter/runtime",
+    "HF_HOME": "huggingface",
+    "XDG_CACHE_HOME": "xdg/cache",
+    "XDG_CONFIG_HOME": "xdg/config",
+    "XDG_DATA_HOME": "xdg/data",
+    "XDG_STATE_HOME": "xdg/state",
+}
+SESSION_KEY = pytest.StashKey[Path]()
+
+
+def pytest_configure(config):
+    """Before any fixture runs, in every worker: the session folder, and one torch thread per worker."""
+    folder = Path(tempfile.mkdtemp(prefix="minigpt-tests-"))
+    config.stash[SESSION_KEY] = folder
+    for name, sub in SESSION_FOLDERS.items():
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+        os.environ[name] = str(folder / sub)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"  # the processes a test starts: torchrun's ranks, servers, pages
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config):
+    folder = config.stash.get(SESSION_KEY, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core this process may use, at most eight (each imports torch and
+    collects the whole suite once)."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def need(name: str):
+    """The module `name`, an extra the test extra installs (transformers, peft, onnxruntime, ...):
+    without it the test skips, naming the pip line; in CI ($CI set) it fails, so that a CI run never
+    passes with a part untested."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        reason = f"{name} is not installed ({exc}); pip install -e '.[test]' brings it"
+        if os.environ.get("CI"):
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+
+
+class lazy_module:  # noqa: N801 (read as a module)
+    """A module imported (by need()) when a test first uses it, not when pytest collects the file:
+    importing transformers, peft or onnxscript costs seconds, which every collection (each xdist
+    worker's, the quick tier's, `pytest -k`'s) paid for every file that names one."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("_"):  # pytest's collection looks for markers and dunders on every name
+            raise AttributeError(attr)
+        return getattr(need(self._name), attr)
+
+
+# Small enough that 20 steps take well under a second on one thread. Every choice `auto` would make
+# by the machine is pinned (optimizer, threads, precision), so every CPU kind computes the same run;
+# the tests of those choices ask for `auto` themselves.
 TINY_CONFIG = """\
 [model]
 context = 8
@@ -43,6 +125,7 @@ checkpoint_interval = 10
 log_interval = 5
 threads = 1
 device = "cpu"
+precision = "float32"
 """
 
 
@@ -378,3 +461,4 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+

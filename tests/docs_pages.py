@@ -13,9 +13,10 @@ The convention (also in docs/guide/layout-and-development.md):
 - `<!-- doc-setup: COMMAND -->` runs COMMAND (bash) at that point, unseen by the reader.
 - `<!-- output not checked: REASON -->` right before a fence leaves that block out (never in docs/learn/).
 
-Run as a script (`python tests/docs_pages.py PAGE SCRATCH`), it runs the page's steps in one process
-(one torch import for the whole page: `minigpt` commands run in-process through the CLI's own `main`,
-anything else through bash) and prints each result as one JSON line.
+`run_page` runs a page's steps in the calling process (tests/test_docs.py: the test's own, so a page
+costs no torch import of its own): `minigpt` commands in-process through the CLI's own `main`,
+anything else through bash. Run as a script (`python tests/docs_pages.py PAGE SCRATCH`), it does the
+same and prints each result as one JSON line.
 """
 
 from __future__ import annotations
@@ -171,15 +172,26 @@ def run_step(step: Step, folder: Path) -> dict:
     return {"command": step.command, "line": step.line, "code": code, "stdout": out, "stderr": err}
 
 
-def main(page: str, scratch: str) -> None:
+def run_page(page: Path, scratch: Path):
+    """Each step of `page` run in order in a reader's folder at `scratch`, from inside it; yields
+    each step's result as it ends. The working directory is the caller's again afterwards."""
     repo = Path(__file__).resolve().parents[1]
-    text = Path(page).read_text(encoding="utf-8")
-    folder = scratch_folder(repo, Path(scratch))
+    text = page.read_text(encoding="utf-8")
+    folder = scratch_folder(repo, scratch)
+    before = os.getcwd()
     os.chdir(folder)
-    for item in read_page(text):
-        steps = [item] if isinstance(item, Step) else [] if item.unchecked else item.steps
-        for step in steps:
-            print(json.dumps(run_step(step, folder)), flush=True)
+    try:
+        for item in read_page(text):
+            steps = [item] if isinstance(item, Step) else [] if item.unchecked else item.steps
+            for step in steps:
+                yield run_step(step, folder)
+    finally:
+        os.chdir(before)
+
+
+def main(page: str, scratch: str) -> None:
+    for result in run_page(Path(page).resolve(), Path(scratch).resolve()):
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import json
 import math
 
 import pytest
+import reference  # tests/ is on sys.path under `pytest` and `python -m pytest` alike
 import torch
 from conftest import SHAKESPEARE, TINY_CONFIG, trained_and_resumed
 from test_positions import assert_samples_agree
@@ -36,11 +37,6 @@ from minigpt.cli import app
 from minigpt.config import ModelConfig, load_config
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.recorder import Recorder
-
-try:  # tests/ on sys.path (pytest's default import mode) or tests as a package
-    import reference
-except ImportError:  # pragma: no cover
-    from tests import reference
 
 VOCAB = 13
 CONTEXT = 8

@@ -4,7 +4,8 @@ that apply and the refusal of those that read a residual stream there is none of
 compared), the explore page's answers (the depth mixing in /api/model, the rows it norms), info (one
 pseudo-query a layer and the final norm's, the reads' arithmetic counted), export (safetensors
 round-trips; GPT-2 and PEFT refuse naming the key; the ONNX window computes what torch does), eval
-(and --by-position) and torchrun. The equations themselves are tests/test_attention_residuals.py's."""
+(and --by-position); torchrun's is tests/test_distributed.py's. The equations themselves are
+tests/test_attention_residuals.py's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, refused, train_tiny_run
+from conftest import SHAKESPEARE, TINY_CONFIG, need, refused, train_tiny_run
 
 import minigpt
 import minigpt.explore as explore_package
@@ -333,8 +334,8 @@ def test_the_peft_export_of_an_attention_residual_lora_run_is_refused_naming_the
 
 @pytest.mark.parametrize("blocks", [0, 2])
 def test_the_onnx_window_scores_an_attention_residual_window_as_torch_does(blocks):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
+    need("onnxruntime")
+    need("onnxscript")
     from minigpt.model.fold import fold_norms
     from minigpt.sampling.onnx_window import WindowRuntime
 
@@ -366,23 +367,3 @@ def test_eval_and_eval_by_position_read_an_attention_residual_run(cli, runs, tmp
     positions = json.loads(result.stdout)["positions"]
     assert [p["position"] for p in positions] == list(range(8))
     assert all(math.isfinite(p["nats"]) and not p["past_trained_length"] for p in positions)
-
-
-# --------------------------------------------------------------------------------------------- torchrun
-
-
-@pytest.mark.slow  # two torchrun workers start in some 20 seconds
-def test_an_attention_residual_model_trains_on_two_ranks_as_in_one_process(cli, tmp_path):
-    from test_distributed import COMMON, assert_close, eval_losses, torchrun, weights
-
-    (tmp_path / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
-    (tmp_path / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    depth = [*COMMON, "--set", ATTENTION, "--set", "model.n_layer=2", "--steps", "10"]
-    two = torchrun(tmp_path, "train", "-c", tmp_path / "tiny.toml", "--out", tmp_path / "two", *depth)
-    assert two.returncode == 0, two.stderr[-3000:]
-    one = cli("train", "-c", tmp_path / "tiny.toml", "--out", tmp_path / "one", *depth, "--set", "train.batch_size=8")
-    assert one.exit_code == 0, one.output
-    assert_close(weights(tmp_path / "two" / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=1e-5)
-    assert "final_depth.query" in weights(tmp_path / "two" / "checkpoint.pt")
-    ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
-    assert ddp and all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)

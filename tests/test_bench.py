@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import need
 
 from minigpt.config import load_config
 from minigpt.model.gpt import MiniGPT
@@ -176,7 +177,7 @@ def test_the_llama_section_runs_both_systems_greedily_on_the_same_folder(bench, 
     """`--only llama`'s sampling: minigpt through its API on the imported run and transformers'
     generate on the folder it came from, both float32 from the same weights: the same greedy tokens.
     And the patching prompts: two texts of 20 tokens that differ in one word."""
-    pytest.importorskip("transformers")
+    need("transformers")
     import minigpt
     from minigpt.api import import_hf
 
@@ -208,7 +209,7 @@ def test_the_import_memory_section_measures_each_import_alone_and_deletes_what_i
     float32 size from the file's headers, and nothing left behind."""
     import os
 
-    pytest.importorskip("transformers")
+    need("transformers")
     built = []
 
     def build(folder, shape, dtype, env):

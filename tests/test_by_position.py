@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CORPUS, random_run, train_tiny_run
+from conftest import CORPUS, need, random_run, train_tiny_run
 
 from minigpt.commands.eval_positions import bins
 from minigpt.config import ModelConfig
@@ -220,7 +220,7 @@ def test_its_options_without_by_position_are_refused(rope_run, cli):
 
 
 def test_png_draws_the_curve(rope_run, cli, tmp_path):
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     run, val = rope_run
     out = tmp_path / "curve.png"
     result = cli("eval", "--run", run, "--data", val, "--by-position", "--rope-scaling", "yarn:2", "--png", out)

@@ -13,16 +13,12 @@ import math
 from pathlib import Path
 
 import pytest
+import reference  # tests/ is on sys.path under `pytest` and `python -m pytest` alike
 import torch
 
 from minigpt.model.chapter17 import TABLE_TO_RECORDER, build_model, chapter_model_config
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.recorder import Recorder
-
-try:  # tests/ on sys.path (pytest's default rootdir-less import) or tests as a package
-    import reference
-except ImportError:  # pragma: no cover
-    from tests import reference
 
 HERE = Path(__file__).resolve()
 CANDIDATES = (

@@ -20,17 +20,13 @@ import math
 from pathlib import Path
 
 import pytest
+import reference  # tests/ is on sys.path under `pytest` and `python -m pytest` alike
 import torch
 
 import minigpt
 from minigpt.errors import MinigptError
 from minigpt.model import stages
 from minigpt.model.recorder import Recorder
-
-try:  # tests/ on sys.path (pytest's default rootdir-less import) or tests as a package
-    import reference
-except ImportError:  # pragma: no cover
-    from tests import reference
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER_CONFIG = REPO / "configs" / "chapter17.toml"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import lazy_module
 
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
@@ -26,9 +27,8 @@ from minigpt.model.gpt import ContextTooLongError, MiniGPT
 from minigpt.runs.reading import load_model
 from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
-from safetensors.torch import load_file, save_file  # noqa: E402
+transformers = lazy_module("transformers")
+safetensors_torch = lazy_module("safetensors.torch")
 
 REPO = Path(__file__).resolve().parents[1]
 NANOGPT = REPO.parent / "shared" / "anchors" / "nanogpt" / "model.py"
@@ -171,21 +171,24 @@ def test_the_two_gelus_are_told_apart_by_the_logits(tmp_path, gpt2_tokenizer):
 def test_gpt2_s_own_layout_unprefixed_with_mask_buffers_imports_the_same(tmp_path, folder, gpt2_tokenizer):
     """OpenAI's upload names tensors without `transformer.` and keeps each block's causal mask
     (attn.bias, attn.masked_bias) as buffers: the buffers are not parameters and are left out."""
-    tensors = {k.removeprefix("transformer."): v for k, v in load_file(str(folder / "model.safetensors")).items()}
+    tensors = {
+        k.removeprefix("transformer."): v
+        for k, v in safetensors_torch.load_file(str(folder / "model.safetensors")).items()
+    }
     for i in range(SIZE["n_layer"]):
         tensors[f"h.{i}.attn.bias"] = torch.tril(torch.ones(CONTEXT, CONTEXT, dtype=torch.bool)).view(1, 1, 16, 16)
         tensors[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
     other = Path(shutil.copytree(folder, tmp_path / "openai"))
-    save_file(tensors, str(other / "model.safetensors"))
+    safetensors_torch.save_file(tensors, str(other / "model.safetensors"))
     plain, openai = read_hf_gpt2(folder), read_hf_gpt2(other)
     assert set(plain.state) == set(openai.state)
     assert all(torch.equal(plain.state[k], openai.state[k]) for k in plain.state)
 
 
 def test_half_precision_weights_widen_to_float32_exactly(tmp_path, folder):
-    tensors = {k: v.half() for k, v in load_file(str(folder / "model.safetensors")).items()}
+    tensors = {k: v.half() for k, v in safetensors_torch.load_file(str(folder / "model.safetensors")).items()}
     half = Path(shutil.copytree(folder, tmp_path / "half"))
-    save_file(tensors, str(half / "model.safetensors"))
+    safetensors_torch.save_file(tensors, str(half / "model.safetensors"))
     imported = read_hf_gpt2(half)
     assert imported.model.dtype == "float32" and imported.origin["weights_dtype"] == "float16"
     assert torch.equal(imported.state["token_table.weight"], tensors["transformer.wte.weight"].float())
@@ -410,7 +413,7 @@ class WritesAFile:
 
 def test_a_weights_file_that_would_run_code_is_refused_unrun(tmp_path, copy):
     marker = tmp_path / "ran"
-    tensors = load_file(str(copy / "model.safetensors"))
+    tensors = safetensors_torch.load_file(str(copy / "model.safetensors"))
     (copy / "model.safetensors").unlink()
     torch.save({**tensors, "payload": WritesAFile(marker)}, copy / "pytorch_model.bin")
     with pytest.raises(MinigptError) as refused:
@@ -420,9 +423,9 @@ def test_a_weights_file_that_would_run_code_is_refused_unrun(tmp_path, copy):
 
 
 def rewrite(folder: Path, change) -> None:
-    tensors = load_file(str(folder / "model.safetensors"))
+    tensors = safetensors_torch.load_file(str(folder / "model.safetensors"))
     change(tensors)
-    save_file(tensors, str(folder / "model.safetensors"))
+    safetensors_torch.save_file(tensors, str(folder / "model.safetensors"))
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,13 @@ the token cache under $MINIGPT_CACHE (memory-mapped hits, misses on any input ch
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 
 import numpy as np
 import pytest
 import torch
+from conftest import SESSION_FOLDERS, SESSION_KEY
 
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
@@ -127,6 +130,24 @@ def test_cache_lives_under_minigpt_cache(isolated_cache, tiny_config):
     entries = list(isolated_cache.glob("*/train.npy"))
     assert len(entries) == 1
     assert {p.name for p in entries[0].parent.iterdir()} == {"tokenizer.json", "train.npy", "val.npy"}
+
+
+@pytest.fixture(scope="module")
+def module_fixture_environment():
+    """What a module-scoped fixture (a shared trained run) sees when it starts: before any
+    function-scoped fixture has set a test's own cache."""
+    return cache_root(), {name: os.environ.get(name) for name in SESSION_FOLDERS}
+
+
+def test_a_module_fixture_already_writes_into_the_session_folder_not_the_users_home(
+    module_fixture_environment, request
+):
+    session = request.config.stash[SESSION_KEY]
+    cache, environment = module_fixture_environment
+    assert cache == session / "minigpt-cache"
+    for name, sub in SESSION_FOLDERS.items():  # every cache and settings folder the suite's programs use
+        assert environment[name] == str(session / sub), name
+    assert session.is_relative_to(tempfile.gettempdir())
 
 
 def test_second_load_is_a_memory_mapped_cache_hit_with_identical_ids(tiny_config):

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import announced, child_processes, wait_for
+from test_attention_residuals_commands import ATTENTION
+from test_gqa import GQA_SETS
 
 import minigpt
 
@@ -114,15 +116,65 @@ def test_two_ranks_compute_what_one_process_computes_with_the_union_batch(runs):
     assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(ddp, single))
 
 
+# Configs whose two-rank run must compute what one process computes with the union batch, each with
+# its tolerances (weights, then validation losses; None: weights only) and what more its test checks.
+# Their two-rank runs are trained in one launch (`launched`), each one-process run by its test.
+EQUIVALENT = {
+    # The default optimizer. Muon orthogonalises each update in bfloat16, which magnifies any
+    # difference in summation order: after 20 steps weights differ by a few 1e-3 (as much as one
+    # process on 1 and on 2 threads), while the validation losses agree within 1e-4.
+    "muon": (["--set", 'train.optimizer="muon"'], 2e-2, 1e-4),
+    # every switch of "Remove it and watch" at once: no positions, no residual, no norms, no FFN
+    "switches": (
+        ["--set", 'model.positions="none"', "--set", "model.residual=false"]
+        + ["--set", 'model.norm="none"', "--set", "model.ffn_hidden=0"],
+        1e-5,
+        1e-5,
+    ),
+    # a task: each rank draws the global batch of examples and keeps its rows, as windows are
+    "task": (["--task", "reverse", "--task-length", "3", "--set", "model.context=8"], 1e-5, 1e-5),
+    # LoRA on the one-process run of `runs`: every rank reads the base and trains the adapters alone
+    "lora": (["--set", "train.lora_rank=2", "--set", "train.learning_rate=0.01", "--init-from", "out/one"], 1e-5, 1e-5),
+    # grouped-query attention with rope, RMSNorm, SwiGLU and a qkv bias alone (test_gqa.py's model)
+    "gqa": ([a for s in GQA_SETS for a in ("--set", s)], 1e-5, None),
+    "rope": (["--set", 'model.positions="rope"', "--steps", "10"], 1e-5, 1e-5),
+    "attention-residuals": (["--set", ATTENTION, "--set", "model.n_layer=2", "--steps", "10"], 1e-5, 1e-5),
+}
+
+
+def equivalent_args(runs: Path, name: str) -> list:
+    """`minigpt train`'s arguments for EQUIVALENT[name], less --out; paths absolute."""
+    args, _, _ = EQUIVALENT[name]
+    # a task reads no data: a config of its own, without tiny.txt
+    config = runs / ("task.toml" if name == "task" else "tiny.toml")
+    return ["-c", config, *COMMON, *[runs / a if a == "out/one" else a for a in args]]
+
+
 @pytest.fixture(scope="module")
-def probed(runs):
-    """The two-rank run of `runs`, again through tests/ddp_probe.py: its folder (probe/run) and
-    what it recorded (probe/allreduce{rank}.txt, probe/rank{rank}.pt)."""
+def launched(runs):
+    """One launch of tests/ddp_probe.py on two ranks: the two-rank run of `runs` again, through
+    the probe (probe/run, with what it recorded: probe/allreduce{rank}.txt, probe/rank{rank}.pt),
+    then every EQUIVALENT config's two-rank run (equivalent/NAME), each as `minigpt train` runs it."""
     out = runs / "probe"
     out.mkdir()
+    (runs / "task.toml").write_text(
+        (runs / "tiny.toml").read_text().replace('data = "tiny.txt"\n', "").replace('kind = "char"\n', ""),
+        encoding="utf-8",
+    )
     overrides = [COMMON[i + 1] for i, a in enumerate(COMMON) if a == "--set"]
+    commands = {
+        name: [*map(str, ["train", *equivalent_args(runs, name), "--out", runs / "equivalent" / name])]
+        for name in EQUIVALENT
+    }
+    jobs = {
+        "probe": {"config": str(runs / "tiny.toml"), "run_dir": str(out / "run"), "out": str(out)}
+        | {"overrides": overrides},
+        "commands": commands,
+        "results": str(runs / "results.json"),
+    }
+    (runs / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     done = subprocess.run(
-        [*launcher(), str(PROBE), runs / "tiny.toml", out / "run", out, *overrides],
+        [*launcher(), str(PROBE), runs / "jobs.json"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -130,7 +182,12 @@ def probed(runs):
         env=ranks_env(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return out
+    return runs, json.loads((runs / "results.json").read_text()), done.stderr
+
+
+@pytest.fixture(scope="module")
+def probed(launched):
+    return launched[0] / "probe"
 
 
 def test_both_ranks_end_with_identical_weights_and_the_checkpoint_is_theirs(runs, probed):
@@ -383,56 +440,23 @@ def test_a_write_error_on_rank_0_before_the_first_step_stops_every_rank_with_one
     assert "its last checkpoint (step 0) is intact" in refusal
 
 
-def test_muon_on_two_ranks_computes_what_one_process_computes(runs, cli, tmp_path):
-    """The default optimizer. Muon orthogonalises each update in bfloat16, which magnifies any
-    difference in summation order: after 20 steps weights differ by a few 1e-3 (as much as one
-    process on 1 and on 2 threads), while the validation losses agree within 1e-4."""
-    muon = [*COMMON, "--set", 'train.optimizer="muon"']
-    two = torchrun(runs, "train", "-c", runs / "tiny.toml", "--out", tmp_path / "two", *muon)
-    assert two.returncode == 0, two.stderr[-3000:]
-    one = cli("train", "-c", runs / "tiny.toml", "--out", tmp_path / "one", *muon, "--set", "train.batch_size=8")
+@pytest.mark.parametrize("name", list(EQUIVALENT))
+def test_a_model_trains_on_two_ranks_as_in_one_process(launched, cli, tmp_path, name):
+    """Muon, a switched model, a task, LoRA, GQA, rope, Attention Residuals: weights and validation
+    losses of the two-rank run (batch 4 each) within EQUIVALENT's tolerances of one process's (batch 8)."""
+    runs, results, stderr = launched
+    assert results[name] == 0, stderr[-3000:]
+    _, atol, losses = EQUIVALENT[name]
+    two = runs / "equivalent" / name
+    one = cli("train", *equivalent_args(runs, name), "--out", tmp_path / "one", "--set", "train.batch_size=8")
     assert one.exit_code == 0, one.output
-    assert_close(weights(tmp_path / "two" / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=2e-2)
-    ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
-    assert [step for step, _ in ddp] == [step for step, _ in single] == [10, 20]
-    assert all(abs(a - b) < 1e-4 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)
-
-
-@pytest.mark.parametrize(
-    "what, changes",
-    [
-        # every switch of "Remove it and watch" at once: no positions, no residual, no norms, no FFN
-        (
-            "switches",
-            [
-                "--set",
-                'model.positions="none"',
-                "--set",
-                "model.residual=false",
-                "--set",
-                'model.norm="none"',
-                "--set",
-                "model.ffn_hidden=0",
-            ],
-        ),  # fmt: skip
-        # a task: each rank draws the global batch of examples and keeps its rows, as windows are
-        ("task", ["--task", "reverse", "--task-length", "3", "--set", "model.context=8"]),
-        # LoRA on the one-process run of `runs`: every rank reads the base and trains the adapters alone
-        ("lora", ["--set", "train.lora_rank=2", "--set", "train.learning_rate=0.01"]),
-    ],
-)
-def test_a_switched_model_a_task_and_lora_train_on_two_ranks_as_in_one_process(runs, cli, tmp_path, what, changes):
-    config = runs / "tiny.toml"
-    if what == "task":  # a task reads no data: a config of its own, without tiny.txt
-        config = tmp_path / "task.toml"
-        config.write_text((runs / "tiny.toml").read_text().replace('data = "tiny.txt"\n', "").replace(
-            'kind = "char"\n', ""), encoding="utf-8")  # fmt: skip
-    if what == "lora":
-        changes = [*changes, "--init-from", runs / "out" / "one"]
-    two = torchrun(runs, "train", "-c", config, "--out", tmp_path / "two", *COMMON, *changes)
-    assert two.returncode == 0, two.stderr[-3000:]
-    one = cli("train", "-c", config, "--out", tmp_path / "one", *COMMON, *changes, "--set", "train.batch_size=8")
-    assert one.exit_code == 0, one.output
-    assert_close(weights(tmp_path / "two" / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=1e-5)
-    ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
-    assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)
+    assert_close(weights(two / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=atol)
+    if name == "attention-residuals":
+        assert "final_depth.query" in weights(two / "checkpoint.pt")
+    if losses is None:
+        return
+    ddp, single = eval_losses(two), eval_losses(tmp_path / "one")
+    assert ddp and [step for step, _ in ddp] == [step for step, _ in single]
+    assert all(abs(a - b) < losses for (_, a), (_, b) in zip(ddp, single)), (ddp, single)
+    if name == "muon":
+        assert [step for step, _ in ddp] == [10, 20]

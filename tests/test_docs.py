@@ -4,13 +4,10 @@ The Learn pages leave nothing out."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from docs_pages import Block, Step, matches, read_page
+from docs_pages import Block, Step, matches, read_page, run_page
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -28,17 +25,12 @@ def _checked_steps(page: Path) -> list[Step]:
     return steps
 
 
+@pytest.mark.slow  # a process per page, replaying its commands as a reader would
 @pytest.mark.parametrize("page", _pages_with_commands(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_every_shown_command_prints_what_the_page_shows(page, tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("docs_pages.py")), str(page), str(tmp_path / "reader")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    results = list(run_page(page, tmp_path / "reader"))
     steps = _checked_steps(page)
-    assert len(results) == len(steps), f"the page's runner stopped early:\n{done.stderr[-3000:]}"
+    assert len(results) == len(steps)
     where = page.relative_to(REPO)
     for step, result in zip(steps, results):
         printed = (result["stdout"] + result["stderr"]).splitlines()

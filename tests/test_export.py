@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import need
 
 from minigpt.config import ModelConfig, model_config_from
 from minigpt.model.gpt import MiniGPT
@@ -32,7 +33,7 @@ def trained(tmp_path_factory):
 
 
 def test_safetensors_holds_the_parameters_and_the_model_section(trained, cli, tmp_path):
-    safetensors = pytest.importorskip("safetensors.torch")
+    safetensors = need("safetensors.torch")
     out = tmp_path / "st"
     result = cli("export", "--run", trained, "--format", "safetensors", "--out", out)
     assert result.exit_code == 0, result.output
@@ -45,7 +46,7 @@ def test_safetensors_holds_the_parameters_and_the_model_section(trained, cli, tm
 
 
 def test_hf_export_loads_in_transformers_and_gives_trace_s_probabilities(trained, cli, tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = need("transformers")
     out = tmp_path / "hf"
     result = cli("export", "--run", trained, "--format", "hf", "--out", out)
     assert result.exit_code == 0, result.output
@@ -83,8 +84,8 @@ def test_post_norm_and_swiglu_are_refused_too():
 def test_each_gelu_is_exported_under_transformers_name_for_it(tmp_path, activation, written):
     """transformers' "gelu" is the exact GELU and "gelu_new" GPT-2's tanh approximation: the folder
     names the one minigpt computed, so transformers computes the same logits."""
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("safetensors")
+    transformers = need("transformers")
+    need("safetensors")
     from minigpt.interchange.export import export_hf
     from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 

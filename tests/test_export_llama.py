@@ -12,15 +12,15 @@ import json
 
 import pytest
 import torch
-from conftest import REPO, SHAKESPEARE, TINY_CONFIG, train_tiny_run
+from conftest import REPO, SHAKESPEARE, TINY_CONFIG, lazy_module, need, train_tiny_run
 
 import minigpt
 from minigpt.config import ModelConfig
 from minigpt.errors import MinigptError
 from minigpt.model.gpt import MiniGPT
 
-transformers = pytest.importorskip("transformers")
-safetensors = pytest.importorskip("safetensors.torch")
+transformers = lazy_module("transformers")
+safetensors = lazy_module("safetensors.torch")
 
 IDS = [[3, 1, 4, 1, 5, 9, 2, 6]]
 LLAMA_BLOCK = ['model.positions="rope"', 'model.norm="rmsnorm"', 'model.activation="swiglu"', "model.bias=false"]
@@ -92,7 +92,7 @@ def test_a_trained_run_exports_as_its_family_and_transformers_computes_its_logit
 
 
 def test_a_lora_run_on_a_trained_llama_shaped_run_loads_in_peft_onto_its_bases_folder(trained, cli, tmp_path):
-    peft = pytest.importorskip("peft")
+    peft = need("peft")
     base = trained["llama"]
     tuned = tmp_path / "lora"
     minigpt.train(
@@ -148,8 +148,6 @@ ROUND_TRIPS = {
 
 @pytest.mark.parametrize("shape", ROUND_TRIPS)
 def test_an_imported_folder_exports_back_as_the_same_architecture(cli, tmp_path, shape):
-    if importlib.util.find_spec("minigpt.interchange.llama") is None:
-        pytest.skip("minigpt import hf of Llama-family folders is not there yet")
     folder = _random_hf_folder().make_folder(tmp_path / "folder", std=0.2, **ROUND_TRIPS[shape])
     assert cli("import", "hf", folder, "--out", tmp_path / "run").exit_code == 0
     result = cli("export", "--run", tmp_path / "run", "--format", "hf", "--out", tmp_path / "back")
@@ -179,9 +177,7 @@ def test_an_imported_folder_exports_back_as_the_same_architecture(cli, tmp_path,
 
 
 def test_a_lora_fine_tune_of_an_imported_folder_loads_in_peft_onto_that_folder(cli, tmp_path):
-    peft = pytest.importorskip("peft")
-    if importlib.util.find_spec("minigpt.interchange.llama") is None:
-        pytest.skip("minigpt import hf of Llama-family folders is not there yet")
+    peft = need("peft")
     folder = _random_hf_folder().make_folder(tmp_path / "folder", "llama", std=0.2, max_pos=16, attention_bias=True)
     assert cli("import", "hf", folder, "--out", tmp_path / "run").exit_code == 0
     (tmp_path / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:4_000], encoding="utf-8")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import need
 
 from minigpt.config import ModelConfig
 from minigpt.interchange import gpt2_layout as gpt2
@@ -45,7 +46,7 @@ def test_every_parameter_maps_to_a_gpt2_name_and_back_to_itself(tie):
 
 
 def test_the_table_holds_transformers_names_and_conv1d_layouts():
-    transformers = pytest.importorskip("transformers")
+    transformers = need("transformers")
     config = transformers.GPT2Config(
         vocab_size=40,
         n_positions=GPT2_SHAPE["context"],
@@ -104,7 +105,7 @@ def test_each_activation_is_exported_under_a_name_the_import_reads_as_it():
     ],
 )
 def test_export_then_import_reproduces_every_tensor_bitwise(tmp_path, changes):
-    pytest.importorskip("safetensors")
+    need("safetensors")
     from minigpt.interchange.export import export_hf, gpt2_state
     from minigpt.interchange.hf import read_hf_gpt2
 

@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import lazy_module
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from minigpt.errors import MinigptError
@@ -18,7 +19,7 @@ from minigpt.interchange.hf_tokenizer import read_folder_tokenizer, shaped_token
 from minigpt.sampling.generate import CompletionText
 from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
-transformers = pytest.importorskip("transformers")
+transformers = lazy_module("transformers")
 
 REPO = Path(__file__).resolve().parents[1]
 # What the tokenizers are fitted to: English with accents and Greek. The text they read adds

@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
-from conftest import refused  # noqa: E402
-from test_convert import (  # noqa: E402
+from conftest import need, refused
+from test_convert import (
     CONTEXT,
     EOT,
     TEXT,
@@ -26,6 +23,13 @@ from test_convert import (  # noqa: E402
     train_tokenizer,
     write_meta,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def export_extra():
+    """transformers and safetensors (in the test extra), imported when the first test here runs."""
+    need("transformers")
+    need("safetensors")
 
 
 @pytest.fixture(scope="module")

@@ -25,19 +25,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import lazy_module, refused
 
-pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
-import transformers  # noqa: E402
-from conftest import refused  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+import minigpt
+from minigpt.api import import_hf
+from minigpt.model.gpt import ContextTooLongError
+from minigpt.model.positions import inverse_frequencies, parse_rope_scaling
+from minigpt.model.recorder import Recorder
 
-import minigpt  # noqa: E402
-from minigpt.api import import_hf  # noqa: E402
-from minigpt.model.gpt import ContextTooLongError  # noqa: E402
-from minigpt.model.positions import inverse_frequencies, parse_rope_scaling  # noqa: E402
-from minigpt.model.recorder import Recorder  # noqa: E402
+transformers = lazy_module("transformers")
+safetensors_torch = lazy_module("safetensors.torch")
+rope_utils = lazy_module("transformers.modeling_rope_utils")
 
 REPO = Path(__file__).resolve().parents[1]
 STD = 0.3  # random weights large enough that every stage, and the next-token distribution, is far from trivial
@@ -204,7 +202,7 @@ def test_qwen2_tied_with_biases_stored_in_bfloat16_and_sharded_agrees_with_trans
     # every weight as stored: bfloat16 widened to float32 loses nothing
     stored = {}
     for shard in folder.glob("model-*.safetensors"):
-        stored.update(load_file(shard))
+        stored.update(safetensors_torch.load_file(shard))
     table = run.model.state_dict()["token_table.weight"]
     assert torch.equal(table, stored["model.embed_tokens.weight"].float())
     assert run.model.head.weight is run.model.token_table.weight
@@ -274,7 +272,7 @@ def test_inverse_frequencies_are_transformers_bit_for_bit(make, tmp_path, rule):
     lengths = [None, 64] + ([80, 200] if rule == "dynamic" else [])  # dynamic changes past the trained length
     for length in lengths:
         seq_len = None if length is None else torch.tensor(length)  # a tensor, as transformers' forward passes it
-        theirs, their_factor = ROPE_INIT_FUNCTIONS[RULES[rule]["rope_type"]](config, None, seq_len=seq_len)
+        theirs, their_factor = rope_utils.ROPE_INIT_FUNCTIONS[RULES[rule]["rope_type"]](config, None, seq_len=seq_len)
         ours, our_factor = inverse_frequencies(m.head_size, m.rope_theta, scaling, m.context, length or 1)
         assert torch.equal(ours, theirs), (rule, length)
         assert our_factor == their_factor
@@ -306,17 +304,19 @@ def test_a_float64_folder_agrees_within_1e_10(make, tmp_path, float64_exact, nam
 
 def test_a_tied_folder_may_keep_its_head_if_it_is_the_table(make, cli, tmp_path):
     source = make("tied", "llama", tie=True)
-    weights = load_file(source / "model.safetensors")
+    weights = safetensors_torch.load_file(source / "model.safetensors")
     assert "lm_head.weight" not in weights  # transformers leaves a tied head out
     kept = tmp_path / "kept"
     shutil.copytree(source, kept)
-    save_file({**weights, "lm_head.weight": weights["model.embed_tokens.weight"].clone()}, kept / "model.safetensors")
+    safetensors_torch.save_file(
+        {**weights, "lm_head.weight": weights["model.embed_tokens.weight"].clone()}, kept / "model.safetensors"
+    )
     run = imported(kept, tmp_path / "run")
     assert run.model.head.weight is run.model.token_table.weight
     assert_agrees(run, transformers_model(kept), tokens(20), 1e-5)
     other = weights["model.embed_tokens.weight"].clone()
     other[3, 4] += 1
-    save_file({**weights, "lm_head.weight": other}, kept / "model.safetensors")
+    safetensors_torch.save_file({**weights, "lm_head.weight": other}, kept / "model.safetensors")
     line = refused(cli, "import", "hf", kept, "--out", tmp_path / "refused")
     assert "lm_head.weight differs from model.embed_tokens.weight" in line and "tie_word_embeddings = true" in line
 
@@ -325,7 +325,7 @@ def test_pytorch_model_bin_with_old_rotary_buffers_imports_the_same_weights(make
     source = make("bin-source", "llama")
     folder = tmp_path / "bin"
     shutil.copytree(source, folder)
-    weights = load_file(folder / "model.safetensors")
+    weights = safetensors_torch.load_file(folder / "model.safetensors")
     (folder / "model.safetensors").unlink()
     weights["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)  # what transformers 4.3x saved
     torch.save(weights, folder / "pytorch_model.bin")
@@ -393,7 +393,7 @@ def test_what_minigpt_does_not_compute_is_refused_naming_the_key(make, cli, tmp_
 
 def test_damaged_weights_are_refused_naming_the_tensor(make, cli, tmp_path):
     source = make("llama-plain", "llama")
-    weights = load_file(source / "model.safetensors")
+    weights = safetensors_torch.load_file(source / "model.safetensors")
     cases = {
         "lacks model.layers.1.mlp.up_proj.weight": {
             k: v for k, v in weights.items() if k != "model.layers.1.mlp.up_proj.weight"
@@ -411,7 +411,7 @@ def test_damaged_weights_are_refused_naming_the_tensor(make, cli, tmp_path):
     for i, (named, tensors) in enumerate(cases.items()):
         folder = tmp_path / f"folder{i}"
         shutil.copytree(source, folder)
-        save_file(tensors, folder / "model.safetensors")
+        safetensors_torch.save_file(tensors, folder / "model.safetensors")
         line = refused(cli, "import", "hf", folder, "--out", tmp_path / f"run{i}")
         assert named in line, line
         assert not (tmp_path / f"run{i}").exists()

@@ -11,9 +11,11 @@ import re
 
 import pytest
 import torch
+from conftest import need
 
 from minigpt.config import ModelConfig
 from minigpt.counts import Formula, block_matrices, parameter_counts
+from minigpt.device import BFLOAT16_OVERRIDE, native_bfloat16
 from minigpt.memory import training_memory
 from minigpt.model.flops import forward_counts, training_flops_per_token
 from minigpt.model.gpt import MiniGPT
@@ -133,7 +135,7 @@ def test_muon_s_state_is_one_momentum_per_entry_of_the_matrices_it_trains(switch
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A tiny run trained with --quiet and optimizer = "auto"."""
+    """A tiny run trained with --quiet and optimizer = "auto" (the tiny config pins the rest)."""
     from conftest import train_tiny_run
 
     return train_tiny_run(tmp_path_factory.mktemp("info"), "--set", 'train.optimizer="auto"', "--steps", "4")
@@ -171,26 +173,50 @@ def test_info_json_holds_the_same_numbers_as_the_model_and_the_bench(cli, traine
     assert info["arithmetic"]["total"] - shorter["total"] == 2 * (8 - 2) * 16  # two T·D terms, one block
 
 
-def test_a_run_trained_with_quiet_records_what_auto_chose_and_info_shows_it(cli, trained):
-    payload = torch.load(trained / "checkpoint.pt", weights_only=True)
+@pytest.fixture(scope="module", params=["native", "emulated"])
+def trained_by_auto(request, tmp_path_factory):
+    """(the CPU kind the detector was told, a tiny run trained with --quiet and every choice left to
+    `auto`): one run with bfloat16 native, one with it emulated, whatever this CPU is."""
+    from conftest import train_tiny_run
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BFLOAT16_OVERRIDE, request.param)
+        auto = ["--set", 'train.optimizer="auto"', "--set", 'train.precision="auto"', "--steps", "4"]
+        return request.param, train_tiny_run(tmp_path_factory.mktemp(f"info-{request.param}"), *auto)
+
+
+def test_a_run_trained_with_quiet_records_what_auto_chose_and_info_shows_it(cli, trained_by_auto, monkeypatch):
+    kind, run = trained_by_auto
+    monkeypatch.setenv(BFLOAT16_OVERRIDE, kind)
+    precision = "bfloat16" if native_bfloat16("cpu") else "float32"  # the detector's own answer
+    assert precision == {"native": "bfloat16", "emulated": "float32"}[kind]
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
     choices = payload["choices"]
     # The tiny model's Muon orthogonalisation costs far more than its 32-token steps: auto takes AdamW.
-    assert choices == {"optimizer": "adamw", "precision": "float32", "threads": 1, "device": "cpu"}
-    text = cli("info", "--run", trained).stdout
+    assert choices == {"optimizer": "adamw", "precision": precision, "threads": 1, "device": "cpu"}
+    text = cli("info", "--run", run).stdout
     assert "Training chose (its checkpoint at step 4; the config's ask in brackets)" in text
-    assert "  optimizer adamw ('auto'), precision float32 ('auto')," in text
+    assert f"  optimizer adamw ('auto'), precision {precision} ('auto')," in text
     assert "  1 thread (1), device cpu ('cpu')" in text
     assert "optimizer adamw (recorded)" in text
 
 
-def test_the_summary_line_says_what_the_optimizer_precision_and_threads_came_to(cli, tiny_config, tmp_path):
-    result = cli("train", "-c", tiny_config, "--out", tmp_path / "run", "--steps", "2")
+@pytest.mark.parametrize(
+    "asked, kind, said",
+    [("float32", "native", "float32"), ("auto", "native", "bfloat16"), ("auto", "emulated", "float32")],
+)
+def test_the_summary_line_says_what_the_optimizer_precision_and_threads_came_to(
+    cli, tiny_config, tmp_path, monkeypatch, asked, kind, said
+):
+    monkeypatch.setenv(BFLOAT16_OVERRIDE, kind)
+    precision = ["--set", f'train.precision="{asked}"']
+    result = cli("train", "-c", tiny_config, "--out", tmp_path / "run", "--steps", "2", *precision)
     assert result.exit_code == 0, result.output
-    assert re.search(r"steps 0->2 on cpu \(adamw, float32 matmuls, 1 thread\), about", result.stderr)
+    assert re.search(rf"steps 0->2 on cpu \(adamw, {said} matmuls, 1 thread\), about", result.stderr)
 
 
 def test_an_import_has_no_recorded_choices_and_is_counted_as_transformers_counts_it(cli, tmp_path):
-    pytest.importorskip("transformers")
+    need("transformers")
     from test_convert import EOT, TEXT, gpt2_folder, gpt2_model, train_tokenizer
     from tokenizers import AddedToken
 

@@ -15,13 +15,12 @@ import json
 
 import pytest
 import torch
-from conftest import REPO, SHAKESPEARE
+from conftest import REPO, SHAKESPEARE, lazy_module
 from typer.testing import CliRunner
 
 from minigpt.cli import app
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
+transformers = lazy_module("transformers")
 
 PROMPT = "ROMEO: what light"
 LLAMA3 = {

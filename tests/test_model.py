@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+import reference  # tests/ is on sys.path under `pytest` and `python -m pytest` alike
 import torch
 import torch.nn.functional as F
 
@@ -19,11 +20,6 @@ from minigpt.model.cache import KVCache
 from minigpt.model.gpt import ContextTooLongError, MiniGPT, TokenOutOfRangeError, check_token_ids
 from minigpt.model.layers import LayerNorm, ResidualShapeError, RMSNorm, residual
 from minigpt.model.recorder import Recorder
-
-try:  # tests/ on sys.path (pytest's default import mode) or tests as a package
-    import reference
-except ImportError:  # pragma: no cover
-    from tests import reference
 
 VOCAB = 11
 SMALL = dict(context=8, n_layer=2, n_head=4, n_embd=8, ffn_hidden=12)

@@ -7,17 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
-pytest.importorskip("matplotlib")
+from conftest import need
 
 TOUR = Path(__file__).resolve().parents[1] / "docs" / "tour.ipynb"
 
 
 @pytest.mark.slow
 def test_the_tour_runs_top_to_bottom_in_a_real_kernel(tmp_path):
+    nbformat, nbclient = need("nbformat"), need("nbclient")
+    need("ipykernel")
+    need("matplotlib")
     notebook = nbformat.read(TOUR, as_version=4)
     client = nbclient.NotebookClient(
         notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

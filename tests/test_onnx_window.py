@@ -9,19 +9,23 @@ import sys
 
 import pytest
 import torch
-from conftest import make_run
+from conftest import make_run, need
 from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import SampleConfig, load_config
 from minigpt.model.fold import fold_norms
 from minigpt.model.gpt import MiniGPT
+from minigpt.sampling import onnx_window
 from minigpt.sampling.generate import generate
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
 
-from minigpt.sampling import onnx_window  # noqa: E402
+@pytest.fixture(autouse=True, scope="module")
+def onnx_extra():
+    """The onnx extra (in the test extra), imported when the first test here runs."""
+    need("onnxruntime")
+    need("onnxscript")
+
 
 SHAPE = [
     "model.context=8",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import Numbered, random_run
+from conftest import Numbered, need, random_run
 from typer.testing import CliRunner
 
 from minigpt.api import MinigptError, Run, load
@@ -201,7 +201,7 @@ def test_what_cannot_be_patched_is_refused_in_one_line(args, message):
 
 
 def test_the_png_draws_the_sweep(tmp_path):
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     out = tmp_path / "patch.png"
     args = ["patch", *LESSON, "--clean", "abc", "--corrupt", "adc", "--answer", "b", "--versus", "c", "--png", str(out)]
     assert CliRunner().invoke(app, args).exit_code == 0

@@ -9,13 +9,12 @@ import json
 
 import pytest
 import torch
-from conftest import train_tiny_run
+from conftest import lazy_module, train_tiny_run
 
 import minigpt
 
-transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
-pytest.importorskip("safetensors")
+transformers = lazy_module("transformers")
+peft = lazy_module("peft")
 
 IDS = [[3, 1, 4, 1, 5, 9, 2, 6]]
 

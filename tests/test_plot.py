@@ -8,12 +8,17 @@ import json
 import sys
 
 import pytest
-from conftest import train_tiny_run
+from conftest import need, train_tiny_run
 
-pytest.importorskip("matplotlib")
+from minigpt.inspection.plot import attention_figure, curves_figure
+from minigpt.runs.metrics import read_metrics
 
-from minigpt.inspection.plot import attention_figure, curves_figure  # noqa: E402
-from minigpt.runs.metrics import read_metrics  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def plot_extra():
+    """matplotlib (the plot extra, in the test extra), imported when the first test here runs."""
+    need("matplotlib")
+
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

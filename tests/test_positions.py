@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, Numbered, random_run, trained_and_resumed
+from conftest import SHAKESPEARE, Numbered, need, random_run, trained_and_resumed
 from test_patching import ANSWER, CLEAN, CORRUPT, VERSUS, hooked_difference, hooked_values, text
 from torch import Tensor
 from typer.testing import CliRunner
@@ -120,7 +120,7 @@ def test_rows_read_after_a_kv_cache_are_turned_by_their_absolute_position():
 @pytest.fixture(scope="module")
 def llama():
     """transformers' Llama module (the test extra has it; skipped where it is not installed)."""
-    return pytest.importorskip("transformers.models.llama.modeling_llama")
+    return need("transformers.models.llama.modeling_llama")
 
 
 def llama_config(llama, head_width: int, theta: float, context: int, scaling: RopeScaling | None = None):
@@ -336,7 +336,7 @@ def test_alibis_fused_path_and_its_written_out_path_agree_with_and_without_a_cac
 
 @pytest.fixture(scope="module")
 def rope_init():
-    utils = pytest.importorskip("transformers.modeling_rope_utils")
+    utils = need("transformers.modeling_rope_utils")
     return utils.ROPE_INIT_FUNCTIONS
 
 

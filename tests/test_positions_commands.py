@@ -4,7 +4,8 @@ the interventions), attribution and patching (no position part; the parts still 
 the explore page's answers (where the diagram draws positions entering; the step past the trained
 length), export (safetensors round-trips positions and rope_theta; GPT-2 and PEFT refuse naming the
 key; the ONNX window computes what torch does), info (no position parameters; the rotation and the
-bias named and not counted) and torchrun. The formulas themselves are tests/test_positions.py's."""
+bias named and not counted); torchrun's is tests/test_distributed.py's. The formulas themselves are
+tests/test_positions.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import math
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, train_tiny_run
+from conftest import SHAKESPEARE, TINY_CONFIG, need, train_tiny_run
 
 import minigpt
 from minigpt.config import ModelConfig, model_config_from
@@ -260,8 +261,8 @@ def test_the_peft_export_of_a_rope_lora_run_is_refused_naming_the_key(cli, runs,
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_the_onnx_window_scores_a_rope_or_alibi_window_as_torch_does(scheme):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
+    need("onnxruntime")
+    need("onnxscript")
     from minigpt.model.fold import fold_norms
     from minigpt.sampling.onnx_window import WindowRuntime
 
@@ -319,22 +320,3 @@ def test_info_names_the_scheme_and_what_it_leaves_uncounted(cli, runs, scheme):
     assert (extra["scheme"], extra["multiplies"], extra["adds"]) == (
         (scheme, 64, 32) if scheme == "rope" else (scheme, 0, 2 * 8)
     )
-
-
-# --------------------------------------------------------------------------------------------- torchrun
-
-
-@pytest.mark.slow  # two torchrun workers start in some 20 seconds
-def test_a_rope_model_trains_on_two_ranks_as_in_one_process(cli, tmp_path):
-    from test_distributed import COMMON, assert_close, eval_losses, torchrun, weights
-
-    (tmp_path / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:20_000], encoding="utf-8")
-    (tmp_path / "tiny.toml").write_text(TINY_CONFIG, encoding="utf-8")
-    rope = [*COMMON, "--set", 'model.positions="rope"', "--steps", "10"]
-    two = torchrun(tmp_path, "train", "-c", tmp_path / "tiny.toml", "--out", tmp_path / "two", *rope)
-    assert two.returncode == 0, two.stderr[-3000:]
-    one = cli("train", "-c", tmp_path / "tiny.toml", "--out", tmp_path / "one", *rope, "--set", "train.batch_size=8")
-    assert one.exit_code == 0, one.output
-    assert_close(weights(tmp_path / "two" / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=1e-5)
-    ddp, single = eval_losses(tmp_path / "two"), eval_losses(tmp_path / "one")
-    assert ddp and all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(ddp, single)), (ddp, single)

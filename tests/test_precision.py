@@ -74,6 +74,61 @@ def test_auto_picks_bfloat16_only_where_it_is_native(monkeypatch):
     assert pick_precision("auto", "cpu", "float64") == "float64"  # teaching runs stay exact
 
 
+# The detector, each of its branches on every machine: torch's flags (AVX-512 BF16, AMX, both,
+# neither), /proc/cpuinfo where torch gives none, and the override that tells it the CPU's kind.
+@pytest.mark.parametrize(
+    "flags, native",
+    [
+        ({"avx512_bf16": True, "amx_bf16": False}, True),  # AMD Zen 4 and later, Intel Cooper Lake
+        ({"avx512_bf16": False, "amx_bf16": True}, True),  # AMX alone
+        ({"avx512_bf16": True, "amx_bf16": True}, True),  # Intel Sapphire Rapids and later
+        ({"avx512_bf16": False, "amx_bf16": False}, False),  # AVX2 or plain AVX-512: emulated
+        ({}, False),
+    ],
+)
+def test_the_detector_reads_avx512_bf16_or_amx_from_torchs_flags(flags, native):
+    def cpuinfo_words():
+        raise AssertionError("/proc/cpuinfo is read only where torch gives no flags")
+
+    assert device_module.cpu_has_native_bfloat16(flags, cpuinfo_words) is native
+
+
+@pytest.mark.parametrize(
+    "words, native",
+    [
+        ({"fpu", "avx2", "avx512_bf16"}, True),
+        ({"fpu", "avx2", "amx_bf16"}, True),
+        ({"fpu", "avx2"}, False),
+        (set(), False),  # no /proc/cpuinfo: emulated, the safe answer
+    ],
+)
+def test_without_torchs_flags_the_detector_reads_proc_cpuinfo(words, native):
+    assert device_module.cpu_has_native_bfloat16(None, lambda: words) is native
+
+
+@pytest.mark.parametrize("kind, native, precision", [("native", True, "bfloat16"), ("emulated", False, "float32")])
+def test_the_override_tells_the_detector_the_cpus_kind_and_auto_follows_it(monkeypatch, kind, native, precision):
+    monkeypatch.setenv(device_module.BFLOAT16_OVERRIDE, kind)
+    assert device_module.native_bfloat16("cpu") is native
+    assert pick_precision("auto", "cpu", "float32") == precision
+    assert device_module.native_bfloat16("meta") is False  # only the CPU's reading is overridden
+
+
+def test_an_override_that_names_no_cpu_kind_is_refused(monkeypatch):
+    monkeypatch.setenv(device_module.BFLOAT16_OVERRIDE, "yes")
+    said = "MINIGPT_CPU_BFLOAT16 = 'yes' is not a CPU kind; set it to native or emulated"
+    with pytest.raises(MinigptError, match=said):
+        device_module.native_bfloat16("cpu")
+
+
+def test_unset_the_detector_gives_the_flags_answer(monkeypatch):
+    monkeypatch.delenv(device_module.BFLOAT16_OVERRIDE, raising=False)
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16": False, "amx_bf16": True})
+    assert device_module.native_bfloat16("cpu") is True
+    monkeypatch.setattr(device_module, "cpu_flags", lambda: {"avx512_bf16": False, "amx_bf16": False})
+    assert device_module.native_bfloat16("cpu") is False
+
+
 def test_bfloat16_with_a_float64_model_is_refused():
     with pytest.raises(MinigptError, match='precision = "bfloat16" needs \\[model\\] dtype = "float32"'):
         pick_precision("bfloat16", "cpu", "float64")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SHAKESPEARE, TINY_CONFIG, interrupt_once_training, minigpt_command, with_failpoints
+from conftest import SHAKESPEARE, TINY_CONFIG, interrupt_once_training, minigpt_command, need, with_failpoints
 from typer.testing import CliRunner
 
 import minigpt
@@ -265,7 +265,7 @@ def test_plot_draws_a_sweep_as_text_against_a_key_a_line_per_other_key(swept, cl
 
 
 def test_plot_draws_a_sweep_as_a_png(swept, cli, tmp_path):
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     from minigpt.inspection.sweep_plot import sweep_figure
 
     out, _, _ = swept

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from conftest import train_tiny_run
 
 from minigpt import failpoints
 from minigpt.config import ModelConfig, load_config, model_config_from
@@ -23,7 +24,6 @@ from minigpt.model import stages
 from minigpt.model.gpt import ContextTooLongError, MiniGPT
 from minigpt.model.recorder import Recorder, UnknownStageError
 from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
-from tests.conftest import train_tiny_run
 
 SWITCHES = {
     "positions": ('model.positions="none"',),

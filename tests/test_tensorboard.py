@@ -8,10 +8,14 @@ import json
 import sys
 
 import pytest
+from conftest import need
 
 from minigpt.training.events import Listener, StepDone
 
-pytest.importorskip("tensorboard")
+
+@pytest.fixture(autouse=True, scope="module")
+def tensorboard_extra():
+    need("tensorboard")
 
 
 def event_scalars(run) -> dict[str, list[tuple[int, float]]]:
