@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, Phrase
+from .rope_scaling import parse_rope_scaling
 
 
 def _shipped_root() -> Path:
@@ -523,6 +524,8 @@ def _check_value(section: str, key: str, value: Any, where: str | Phrase) -> Any
                 word=word,
                 maximum=meta["maximum"],
             )
+    if (section, key) == ("model", "rope_scaling") and value:  # a rule rope can compute, or refused here
+        parse_rope_scaling(value, where)
     return value
 
 
@@ -571,6 +574,19 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw  # bare words such as tokenizer.kind=char
     return section, key.strip(), value
+
+
+def checked_override(text: str, where: str | Phrase | None = None) -> tuple[str, str, Any]:
+    """One `section.key=value` override checked on its own, as load_config checks each (the key, its
+    type and range; not yet against the rest of a config): (section, key, the value as the config
+    takes it). A refusal names it as `where` says (by default `--set TEXT`)."""
+    section, key, value = parse_override(text)
+    listed = isinstance(value, list) and (section, key) in PATH_LISTS  # train.data=["a/", "b.txt"]
+    if _is_text_key(section, key) and not isinstance(value, str) and not listed:
+        value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
+    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    _apply(values, section, key, value, where or Phrase("{set} {text}", text=text), Path.cwd())
+    return section, key, values[section][key]
 
 
 def _is_text_key(section: str, key: str) -> bool:
@@ -822,11 +838,8 @@ def load_config(
         for key, value in table.items():
             _apply(values, section, key, value, where, base)
     for text in overrides:
-        section, key, value = parse_override(text)
-        listed = isinstance(value, list) and (section, key) in PATH_LISTS  # train.data=["a/", "b.txt"]
-        if _is_text_key(section, key) and not isinstance(value, str) and not listed:
-            value = text.partition("=")[2].strip()  # sample.prompt=1 means the text "1"
-        _apply(values, section, key, value, Phrase("{set} {text}", text=text), Path.cwd())
+        section, key, value = checked_override(text)
+        values[section][key] = value
         chosen.add((section, key))
     _apply_given(values, given or {})
     chosen |= {(section, key) for section, keys in (given or {}).items() for key in keys}

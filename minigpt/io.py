@@ -3,6 +3,8 @@ place, so a crash mid-write leaves the previous version intact and a reader neve
 Used by the run folder (config, tokenizer, checkpoint, metrics) and by the token cache; a whole
 folder (an imported run) is written the same way, under a temporary name beside it.
 
+The files a command writes when an output flag asks are written so too (runs/outputs.py).
+
 And reading: a file's sha256 in pieces (a checkpoint of gigabytes is never held whole), with the
 progress protocol every slow read follows, `progress(label, total)`: a context that gives
 `advance(n)`, as a progress bar does; `no_progress` where nobody watches.

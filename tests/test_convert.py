@@ -275,14 +275,20 @@ def test_an_imported_run_loads_samples_its_logits_and_traces(tmp_path, folder):
 def test_an_existing_out_is_refused_without_force_and_replaced_with_it(tmp_path, folder):
     imported = read_hf_gpt2(folder)
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    write_run(imported, out)
+    (out / "checkpoint.pt").write_bytes(b"an older run")
     with pytest.raises(MinigptError) as refused:
         write_run(imported, out)
-    assert "already exists and is not empty; pass --force" in one_line(refused)
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert "already holds a run; pass --force to replace it" in one_line(refused)
+    assert (out / "checkpoint.pt").read_bytes() == b"an older run"
     write_run(imported, out, force=True)
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.toml", "origin.json", "tokenizer.json"]
+    assert (out / "checkpoint.pt").read_bytes() != b"an older run"
+    (out / "keep.txt").write_text("mine")  # not a run's: --force replaces a run and nothing else
+    with pytest.raises(MinigptError) as refused:
+        write_run(imported, out, force=True)
+    assert "holds keep.txt, which no run writes" in one_line(refused)
+    assert (out / "keep.txt").read_text() == "mine"
     (tmp_path / "file").write_text("x")
     with pytest.raises(MinigptError, match="is a file"):
         write_run(imported, tmp_path / "file")
@@ -294,6 +300,9 @@ def test_a_failed_write_leaves_nothing_behind_and_the_old_run_intact(tmp_path, f
     from minigpt.runs import folder as run_folder
 
     imported = read_hf_gpt2(folder)
+    old = tmp_path / "old"
+    write_run(imported, old)
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
 
     def full_disk(path, payload):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -302,13 +311,11 @@ def test_a_failed_write_leaves_nothing_behind_and_the_old_run_intact(tmp_path, f
     with pytest.raises(MinigptError) as refused:
         write_run(imported, tmp_path / "new" / "deeper" / "run")
     assert "No space left on device" in one_line(refused)
-    assert list(tmp_path.iterdir()) == []  # not the run, not the folders above it, no temporary
-    old = tmp_path / "old"
-    old.mkdir()
-    (old / "keep.txt").write_text("mine")
-    with pytest.raises(MinigptError):
+    assert [p.name for p in tmp_path.iterdir()] == ["old"]  # not the run, not the folders above it, no temporary
+    with pytest.raises(MinigptError) as refused:
         write_run(imported, old, force=True)
-    assert [p.name for p in tmp_path.iterdir()] == ["old"] and [p.name for p in old.iterdir()] == ["keep.txt"]
+    assert "and the run it was to replace is intact" in one_line(refused)
+    assert [p.name for p in tmp_path.iterdir()] == ["old"] and {p.name: p.read_bytes() for p in old.iterdir()} == before
 
 
 def test_what_does_not_fit_in_memory_is_refused_before_it_is_read(tmp_path, folder, monkeypatch):

@@ -1,5 +1,6 @@
 """`minigpt export`: safetensors with minigpt's names, and a Hugging Face GPT-2 folder that
-transformers loads and that gives the next-token probabilities `minigpt trace` gives."""
+transformers loads and that gives the next-token probabilities `minigpt trace` gives; every format
+in the run's dtype (a float64 run's logits within float64 rounding in transformers and PEFT)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import need
+from conftest import need, train_tiny_run
+from test_export_llama import lora_tune
 
+import minigpt
 from minigpt.config import ModelConfig, model_config_from
 from minigpt.model.gpt import MiniGPT
 
@@ -19,8 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from conftest import train_tiny_run
-
     return train_tiny_run(
         tmp_path_factory.mktemp("export"),
         "--set",
@@ -61,6 +62,35 @@ def test_hf_export_loads_in_transformers_and_gives_trace_s_probabilities(trained
     assert len(traced["next_tokens"]) == probabilities.numel()
     for candidate in traced["next_tokens"]:
         assert abs(candidate["probability"] - float(probabilities[candidate["id"]])) < 1e-4
+
+
+def test_a_float64_run_exports_float64_in_every_format_and_transformers_and_peft_give_its_logits(cli, tmp_path):
+    """Nothing is narrowed on the way out: safetensors, the GPT-2 folder and PEFT's adapter hold
+    float64, config.json says so under transformers 5's key and 4.x's, transformers loads it as
+    float64 and computes minigpt's logits within float64 rounding, with PEFT's adapter on it too."""
+    transformers, peft, safetensors = need("transformers"), need("peft"), need("safetensors.torch")
+    run = train_tiny_run(tmp_path, "--set", 'model.dtype="float64"', "--set", 'model.activation="gelu"')
+    tuned = lora_tune(run, tmp_path / "lora")
+    for format, source, weights in (
+        ("safetensors", run, "model.safetensors"),
+        ("hf", run, "model.safetensors"),
+        ("peft", tuned, "adapter_model.safetensors"),
+    ):
+        result = cli("export", "--run", source, "--format", format, "--out", tmp_path / format)
+        assert result.exit_code == 0 and result.stderr == "", result.output  # GPT-2 computes in float64: no note
+        tensors = safetensors.load_file(str(tmp_path / format / weights))
+        assert {t.dtype for t in tensors.values()} == {torch.float64}, format
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["dtype"] == config["torch_dtype"] == "float64"
+    model = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "hf")).eval()  # 5.x: dtype "auto"
+    assert model.dtype == torch.float64
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        assert (model(ids).logits - minigpt.load(run).model(ids)[0]).abs().max() < 1e-12
+        adapted = peft.PeftModel.from_pretrained(model, str(tmp_path / "peft")).eval()
+        ours = minigpt.load(tuned).model(ids)[0]
+        assert (adapted(ids).logits - ours).abs().max() < 1e-12
+        assert (ours - minigpt.load(run).model(ids)[0]).abs().max() > 1e-3  # the adapter acts
 
 
 @pytest.mark.parametrize("run, key", [(REPO / "data" / "lesson09", "[model] norm = 'rmsnorm'")])

@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from conftest import REPO, SHAKESPEARE, TINY_CONFIG, lazy_module, need, train_tiny_run
+from test_import_llama import float64_exact  # noqa: F401 (a fixture: transformers' float32 casts patched out)
 
 import minigpt
 from minigpt.config import ModelConfig
@@ -32,7 +33,7 @@ TRAINED = {
 }
 
 
-def _random_hf_folder():
+def random_hf_folder():
     spec = importlib.util.spec_from_file_location("random_hf_folder", REPO / "scripts" / "random_hf_folder.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -51,6 +52,14 @@ def trained(tmp_path_factory):
         folder = tmp_path_factory.mktemp(family)
         runs[family] = train_tiny_run(folder, *overrides([*LLAMA_BLOCK, *settings, "model.n_layer=2", "train.steps=4"]))
     return runs
+
+
+def lora_tune(base, out, **settings):
+    """A LoRA fine-tune of the run `base` into `out`: rank 2, 4 steps at a learning rate large enough
+    that the adapters change the logits; `settings`: more [train] keys."""
+    train = {"train.lora_rank": 2, "train.learning_rate": 0.05, **settings}
+    minigpt.train(config=base / "config.toml", init_from=base, out=out, steps=4, set=train, progress=False)
+    return out
 
 
 def logits(model, ids=IDS) -> torch.Tensor:
@@ -94,15 +103,7 @@ def test_a_trained_run_exports_as_its_family_and_transformers_computes_its_logit
 def test_a_lora_run_on_a_trained_llama_shaped_run_loads_in_peft_onto_its_bases_folder(trained, cli, tmp_path):
     peft = need("peft")
     base = trained["llama"]
-    tuned = tmp_path / "lora"
-    minigpt.train(
-        config=base / "config.toml",
-        init_from=base,
-        out=tuned,
-        steps=4,
-        set={"train.lora_rank": 2, "train.learning_rate": 0.05, "train.lora_targets": "qkv,W1,W2"},
-        progress=False,
-    )
+    tuned = lora_tune(base, tmp_path / "lora", **{"train.lora_targets": "qkv,W1,W2"})
     assert cli("export", "--run", base, "--format", "hf", "--out", tmp_path / "base-hf").exit_code == 0
     result = cli("export", "--run", tuned, "--format", "peft", "--out", tmp_path / "adapter")
     assert result.exit_code == 0, result.output
@@ -148,7 +149,7 @@ ROUND_TRIPS = {
 
 @pytest.mark.parametrize("shape", ROUND_TRIPS)
 def test_an_imported_folder_exports_back_as_the_same_architecture(cli, tmp_path, shape):
-    folder = _random_hf_folder().make_folder(tmp_path / "folder", std=0.2, **ROUND_TRIPS[shape])
+    folder = random_hf_folder().make_folder(tmp_path / "folder", std=0.2, **ROUND_TRIPS[shape])
     assert cli("import", "hf", folder, "--out", tmp_path / "run").exit_code == 0
     result = cli("export", "--run", tmp_path / "run", "--format", "hf", "--out", tmp_path / "back")
     assert result.exit_code == 0, result.output
@@ -158,7 +159,8 @@ def test_an_imported_folder_exports_back_as_the_same_architecture(cli, tmp_path,
     assert {k: v for k, v in original.items() if k not in unwritten} == {
         k: v for k, v in back.items() if k in original and k not in unwritten
     }
-    assert set(back) - set(original) <= {"head_dim"}  # Qwen2's config has none: written for narrow heads only
+    # Qwen2's config has no head_dim (written for narrow heads only); the other three are what 4.x reads
+    assert set(back) - set(original) - {"head_dim"} == {"rope_theta", "rope_scaling", "torch_dtype"}
     theirs = transformers.AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     exported = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
     assert type(exported) is type(theirs)
@@ -178,7 +180,7 @@ def test_an_imported_folder_exports_back_as_the_same_architecture(cli, tmp_path,
 
 def test_a_lora_fine_tune_of_an_imported_folder_loads_in_peft_onto_that_folder(cli, tmp_path):
     peft = need("peft")
-    folder = _random_hf_folder().make_folder(tmp_path / "folder", "llama", std=0.2, max_pos=16, attention_bias=True)
+    folder = random_hf_folder().make_folder(tmp_path / "folder", "llama", std=0.2, max_pos=16, attention_bias=True)
     assert cli("import", "hf", folder, "--out", tmp_path / "run").exit_code == 0
     (tmp_path / "tiny.txt").write_text(SHAKESPEARE.read_text(encoding="utf-8")[:4_000], encoding="utf-8")
     (tmp_path / "tiny.toml").write_text(TINY_CONFIG[TINY_CONFIG.index("[train]") :], encoding="utf-8")
@@ -202,6 +204,63 @@ def test_a_lora_fine_tune_of_an_imported_folder_loads_in_peft_onto_that_folder(c
     ours = logits(minigpt.load(tuned).model, ids)
     assert (ours - logits(adapted, ids)).abs().max() < 1e-5
     assert (ours - logits(minigpt.load(tmp_path / "run").model, ids)).abs().max() > 1e-4
+
+
+# ---------------------------------------------------------------- float64
+
+
+@pytest.fixture(scope="module")
+def float64_runs(tmp_path_factory):
+    """Llama-shaped float64 runs trained by minigpt: rope's angles in float64 ([model] rope_angles =
+    "dtype", a trained run's default) and in float32 (transformers' arithmetic), and a LoRA
+    fine-tune of the latter."""
+    runs = {}
+    for angles in ("dtype", "float32"):
+        settings = [*LLAMA_BLOCK, 'model.dtype="float64"', f'model.rope_angles="{angles}"', "model.n_kv_head=1"]
+        runs[angles] = train_tiny_run(tmp_path_factory.mktemp(angles), *overrides([*settings, "train.steps=4"]))
+    runs["lora"] = lora_tune(runs["float32"], tmp_path_factory.mktemp("lora") / "run")
+    return runs
+
+
+def exported_float64(cli, run, format: str, out) -> tuple[dict[str, torch.Tensor], str]:
+    """`minigpt export` of a float64 run: its tensors, every one float64 (nothing narrowed), and its
+    note on stderr (one line)."""
+    result = cli("export", "--run", run, "--format", format, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("minigpt: note: transformers computes RMSNorm")
+    weights = "model.safetensors" if format == "hf" else "adapter_model.safetensors"
+    tensors = safetensors.load_file(str(out / weights))
+    assert {tensor.dtype for tensor in tensors.values()} == {torch.float64}
+    return tensors, result.stderr
+
+
+def test_a_float64_run_exports_float64_and_says_what_transformers_computes_in_float32(float64_runs, cli, tmp_path):
+    """transformers' Llama casts RMSNorm's input to float32, and computes rope's angles in float32:
+    the export keeps the float64 weights and says so, and the logits differ by float32 rounding."""
+    _, note = exported_float64(cli, float64_runs["dtype"], "hf", tmp_path / "hf")
+    assert "and rope's angles (this run computes them in float64)" in note and "not float64's" in note
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["dtype"] == config["torch_dtype"] == "float64"  # transformers 5's key, and 4.x's
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()  # 5.x: dtype "auto"
+    assert model.dtype == torch.float64
+    difference = (logits(model) - logits(minigpt.load(float64_runs["dtype"]).model)).abs().max()
+    assert 1e-12 < difference < 1e-6  # float32's rounding, as the note says: not float64's
+
+
+@pytest.mark.usefixtures("float64_exact")
+def test_a_float64_run_and_its_lora_adapter_give_minigpt_s_logits_within_float64_rounding(float64_runs, cli, tmp_path):
+    """With transformers' float32 casts patched out (float64_exact) and rope's angles in float32 on
+    both sides, the exported float64 folder, and PEFT's adapter on it, give minigpt's logits within
+    float64 rounding: nothing on the way out was narrowed."""
+    _, note = exported_float64(cli, float64_runs["float32"], "hf", tmp_path / "hf")
+    assert "rope's angles" not in note
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    assert (logits(model) - logits(minigpt.load(float64_runs["float32"]).model)).abs().max() < 1e-12
+    exported_float64(cli, float64_runs["lora"], "peft", tmp_path / "adapter")
+    adapted = need("peft").PeftModel.from_pretrained(model, str(tmp_path / "adapter")).eval()
+    ours = logits(minigpt.load(float64_runs["lora"]).model)
+    assert (ours - logits(adapted)).abs().max() < 1e-12
+    assert (ours - logits(minigpt.load(float64_runs["float32"]).model)).abs().max() > 1e-3  # the adapter acts
 
 
 # ---------------------------------------------------------------- refusals

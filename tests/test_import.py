@@ -161,5 +161,5 @@ def test_import_refusals_are_one_line_and_leave_nothing_behind(cli, gpt2, nano, 
         assert not out.exists()
     ok(cli, "import", "hf", gpt2, "--out", out)
     line = refused(cli, "import", "hf", gpt2, "--out", out)
-    assert f"--out {out} already exists and is not empty; pass --force to replace it" in line
+    assert f"run folder {out} already holds a run; pass --force to replace it, or another --out" in line
     ok(cli, "import", "hf", gpt2, "--out", out, "--force")

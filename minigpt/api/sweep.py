@@ -14,7 +14,10 @@ folder also holds:
     DIR/sweep.jsonl   one JSON object per finished cell: its values, final and best validation
                       loss, where it diverged and by which rule, wall seconds, what `auto` chose
 
-Every grid value, and every cell's whole config, is checked by config.py before anything runs.
+Every grid value is checked by config.py on its own (its key, type and range), then every cell's
+whole config (the base with that cell's values: n_embd a multiple of n_head, ...), before anything
+runs; a grid is refused only for a cell that cannot run, named with its values. The cells are made
+as they are read, never listed: a grid of a million cells costs the memory of one.
 Calling it again with the same definition continues the sweep: a finished cell (recorded, its run
 folder's checkpoint in place) is skipped, an interrupted one resumes from its checkpoint, and a
 different definition is refused, naming the difference.
@@ -31,23 +34,20 @@ A cell diverges in one of two ways, and stops there with its run folder intact:
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
-import re
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from ..config import PATH_KEYS, Config, ConfigError, load_config, parse_override
+from ..config import Config, load_config
 from ..errors import MinigptError, Phrase
 from ..inspection.counting import recorded_choices
-from ..inspection.sweep_plot import SEED_KEY, short_names, value_text
+from ..inspection.sweep_plot import SEED_KEY, short_names
 from ..io import atomic_write_text
 from ..runs.identity import sections_differences, training_identity
 from ..runs.layout import CHECKPOINT_FILE
@@ -55,6 +55,18 @@ from ..training.events import StepDone
 from ..training.trainer import DivergedError
 from .arguments import overrides, plain
 from .reading import metrics
+from .sweep_grid import (
+    Cell,
+    Cells,
+    cells_of,
+    checked_cell,
+    grid_axes,
+    grid_value,
+    refuse_conflicts,
+    refuse_repeated_values,
+    table_text,
+    toml_value,
+)
 from .training import train
 
 SWEEP_FILE = "sweep.toml"
@@ -62,6 +74,7 @@ BASE_FILE = "base.toml"
 RECORDS_FILE = "sweep.jsonl"
 EXPLODED_FACTOR = 2.0  # a loss above this many times ln V has exploded
 NON_FINITE, EXPLODED = "non-finite", "exploded"
+MANY_CELLS = 1_000  # a grid above this many cells is said before it runs (its count): a typo can multiply it
 
 
 def explosion_threshold(vocab_size: int) -> float:
@@ -72,19 +85,6 @@ def explosion_threshold(vocab_size: int) -> float:
 def exploded(loss: float, vocab_size: int) -> bool:
     """Whether a finite training loss has exploded (a non-finite one is the trainer's to stop)."""
     return math.isfinite(loss) and loss > explosion_threshold(vocab_size)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One run of the grid: a value for every grid key, and the folder it trains into."""
-
-    values: dict[str, Any]  # grid key ("model.n_layer") -> its value, as the config took it; grid order
-    name: str  # its run folder's name under the sweep's folder
-
-    @property
-    def overrides(self) -> list[str]:
-        """The cell's values as `section.key=value` overrides."""
-        return [f"{key}={_toml(value)}" for key, value in self.values.items()]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Sweep:
 
     folder: Path
     grid: dict[str, list[Any]]
-    cells: list[Cell]
+    cells: Cells
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by cell name
     stopped: Stopped | None = None
 
@@ -127,7 +127,7 @@ class Sweep:
                 continue
             diverged = f"step {record['diverged_at']} {record['diverged_by']}" if record["diverged_by"] else "-"
             rows.append(
-                [_table_text(key, value) for key, value in cell.values.items()]
+                [table_text(key, value) for key, value in cell.values.items()]
                 + [_loss(record["final_val_loss"]), _loss(record["best_val_loss"]), diverged]
                 + [f"{record['wall_s']:.1f}s", (record.get("chosen") or {}).get("optimizer", "?")]
             )
@@ -152,13 +152,16 @@ def sweep(
     progress: bool = True,
     on_cell: Callable[[Cell, str, Sweep], None] | None = None,
     on_done: Callable[[Cell, dict[str, Any]], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
 ) -> Sweep:
     """Train every cell of `grid` ({"model.n_layer": [2, 4]}, or texts "model.n_layer=2,4") into
     the sweep folder `out`, one after another, each as `train` trains a run from `config`, `set`
     and the arguments train takes; `seeds` K adds train.seed, train.seed + 1, ... (K values) as the
     last grid key. Calling it again continues: finished cells are skipped, an interrupted one
     resumes. `on_cell(cell, how, sweep)` is called before each cell, how being "skip", "start" or
-    "resume" (`sweep.cells` is every cell); `on_done(cell, record)` once it has finished.
+    "resume" (`sweep.cells` is every cell); `on_done(cell, record)` once it has finished;
+    `on_plan(count)` once the grid's values are checked, with the number of cells, before each
+    cell's config is (a grid of more than MANY_CELLS takes a while to check, and longer to train).
     Interrupting (Ctrl-C, SIGTERM) stops inside the cell as `train` stops (a checkpoint), and the
     sweep returns with `stopped`. Returns the Sweep: its records in `records`, the table `rows()`."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -173,16 +176,18 @@ def sweep(
         "model": {"exercise": exercise} if exercise is not None else {},
     }
     sets = overrides(set)
-    axes = _axes(grid, seeds)
-    _refuse_conflicts(axes, sets, given)
+    axes = grid_axes(grid, seeds)
+    refuse_conflicts(axes, sets, given)
     base = load_config(config, sets, given)  # the config, set and the arguments, checked as train checks them
     if seeds is not None:
         axes[SEED_KEY] = [f"{SEED_KEY}={base.train.seed + k}" for k in range(seeds)]
-    grid_values = {key: [_value(config, sets, given, text) for text in texts] for key, texts in axes.items()}
-    _refuse_repeated_values(grid_values)
-    cells = _cells(grid_values)
+    grid_values = {key: [grid_value(text) for text in texts] for key, texts in axes.items()}
+    refuse_repeated_values(grid_values)
+    cells = cells_of(grid_values)
+    if on_plan is not None:
+        on_plan(cells.count)
     for cell in cells:  # every combination's whole config (n_embd a multiple of n_head, ...), before any runs
-        _checked(config, [*sets, *cell.overrides], given, Phrase("{grid} cell {name}", name=cell.name))
+        checked_cell(config, [*sets, *cell.overrides], given, Phrase("{grid} cell {name}", name=cell.name))
     folder = Path(out)
     found = Sweep(folder, grid_values, cells, _open_folder(folder, grid_values, base))
     for cell in cells:
@@ -216,182 +221,7 @@ def read_sweep(folder: str | Path) -> Sweep:
             file=SWEEP_FILE,
         )
     grid = _read_grid(folder)
-    return Sweep(folder, grid, _cells(grid), _read_records(folder))
-
-
-# ---------------------------------------------------------------- the grid, checked
-
-
-def _axes(grid: Mapping[str, Sequence[Any]] | Sequence[str], seeds: int | None) -> dict[str, list[str]]:
-    """Each grid key with its values as `key=value` override texts, in the order given; a key given
-    twice, a key without values and a malformed entry are refused."""
-    if isinstance(grid, str):
-        grid = [grid]
-    if isinstance(grid, Mapping):
-        entries = [
-            (str(key), [f"{key}={_toml(value)}" for value in _listed(values)], str(key)) for key, values in grid.items()
-        ]
-    else:
-        entries = [_parsed_entry(str(text)) for text in grid]
-    axes: dict[str, list[str]] = {}
-    for key, texts, shown in entries:
-        if key in axes:
-            raise MinigptError(
-                "{grid} {key} is given twice; give each key once, with all its values (e.g. {grid} {key}=V1,V2)",
-                key=key,
-            )
-        if not texts:
-            raise MinigptError(
-                "{grid} {text} lists no values; list one or more after '=', e.g. {grid} model.n_layer=2,4,8",
-                text=shown,
-            )
-        axes[key] = texts
-    if seeds is not None and seeds < 1:
-        raise MinigptError("{seeds} {given} is not a number of seeds; give 1 or more", given=seeds)
-    if seeds is not None and SEED_KEY in axes:
-        raise MinigptError("{seeds} and {grid} {key} both give the seeds; give one of them", key=SEED_KEY)
-    if not axes and seeds is None:
-        raise MinigptError("nothing to sweep: give {grid} KEY=V1,V2,... (repeatable), or {seeds} K")
-    return axes
-
-
-def _listed(values: Any) -> list[Any]:
-    return list(values) if isinstance(values, (list, tuple)) else [values]
-
-
-def _parsed_entry(text: str) -> tuple[str, list[str], str]:
-    """`model.n_layer=2,4,8` (or a TOML array after '=', for values with commas in them) as its key
-    and one override text per value."""
-    name, equals, raw = text.partition("=")
-    section, dot, key = name.strip().partition(".")
-    if not equals or not dot or not section or not key:
-        raise MinigptError(
-            "{grid} {text} is not a grid key and its values; write section.key=V1,V2,... (e.g. {grid} "
-            "model.n_layer=2,4,8)",
-            text=text,
-        )
-    name, raw = name.strip(), raw.strip()
-    if raw.startswith("["):
-        try:
-            values = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError as exc:
-            raise MinigptError("{grid} {text}: not a TOML array ({exc})", text=text, exc=exc) from None
-        return name, [f"{name}={_toml(value)}" for value in values], text
-    pieces = [piece.strip() for piece in raw.split(",")] if raw else []
-    if any(not piece for piece in pieces) and pieces:
-        raise MinigptError(
-            "{grid} {text} has an empty value; separate the values with single commas, e.g. {grid} model.n_layer=2,4,8",
-            text=text,
-        )
-    return name, [f"{name}={piece}" for piece in pieces], text
-
-
-def _refuse_conflicts(axes: dict[str, list[str]], sets: list[str], given: dict[str, dict[str, Any]]) -> None:
-    """A grid key set another way too (by `set`, or by an argument such as steps) is refused: the
-    cells would not have the values the grid says."""
-    if "train.out" in axes:
-        raise MinigptError(
-            "{grid} train.out is refused: each cell's run folder is named from its values, under the sweep's {out}"
-        )
-    for text in sets:
-        section, key, _ = parse_override(text)
-        if f"{section}.{key}" in axes:
-            raise MinigptError(
-                "{set} {text} sets a grid key; a grid key takes its values from {grid} alone: drop the {set}",
-                text=text,
-            )
-    for section, keys in given.items():
-        for key in keys:
-            if f"{section}.{key}" in axes:
-                raise MinigptError(
-                    "{" + key + "} and {grid} {name} both set [{section}] {key_name}; give its values in {grid} alone",
-                    name=f"{section}.{key}",
-                    section=section,
-                    key_name=key,
-                )
-
-
-def _value(config: str | Path | None, sets: list[str], given: dict[str, dict[str, Any]], text: str) -> Any:
-    """One grid value (`section.key=value`), checked as config.py checks an override (key, type,
-    range, and the whole config it makes), as the config took it."""
-    cfg = _checked(config, [*sets, text], given, Phrase("{grid} {text}", text=text))
-    section, key, _ = parse_override(text)
-    return getattr(getattr(cfg, section), key)
-
-
-def _checked(config: str | Path | None, sets: list[str], given: dict[str, dict[str, Any]], where: Phrase) -> Config:
-    """The config with these overrides, checked by config.py; a refusal says it of `where` (the
-    grid value, or the cell), since the base config was found valid before."""
-    try:
-        return load_config(config, sets, given)
-    except ConfigError as exc:
-        if "where" not in exc.values:
-            raise
-        raise ConfigError(exc.template, **{**exc.values, "where": where}) from None
-
-
-def _refuse_repeated_values(grid: dict[str, list[Any]]) -> None:
-    for key, values in grid.items():
-        for k, value in enumerate(values):
-            if value in values[:k]:
-                raise MinigptError(
-                    "{grid} {key} gives the value {value} twice; list each value once",
-                    key=key,
-                    value=_toml(value),
-                )
-
-
-def _cells(grid: dict[str, list[Any]]) -> list[Cell]:
-    """Every combination of the grid's values, the first key's outermost, each named."""
-    labels = short_names(list(grid))
-    cells, names = [], {}
-    for combination in itertools.product(*grid.values()):
-        values = dict(zip(grid, combination))
-        name = ",".join(f"{labels[key]}={_name_text(key, value)}" for key, value in values.items())
-        if len(name) > 200:  # a file name has at most 255 bytes
-            name = f"{name[:180]}-{sha256(name.encode()).hexdigest()[:12]}"
-        if name in names:
-            raise MinigptError(
-                "two cells would share the folder name {name} ({a} and {b}); give values that differ in letters, "
-                "digits or . + -",
-                name=name,
-                a=names[name],
-                b=_described(values),
-            )
-        names[name] = _described(values)
-        cells.append(Cell(values, name))
-    return cells
-
-
-def _name_text(key: str, value: Any) -> str:
-    """A value as its cell's folder name shows it: as the table does, with any character but
-    letters, digits and . + - as _."""
-    return re.sub(r"[^A-Za-z0-9.+-]", "_", _table_text(key, value)) or "_"
-
-
-def _table_text(key: str, value: Any) -> str:
-    """A value as the table shows it: a path by its last part."""
-    section, _, name = key.partition(".")
-    if (section, name) in PATH_KEYS:
-        return "+".join(Path(v).name for v in _listed(value))
-    return value_text(value)
-
-
-def _described(values: dict[str, Any]) -> str:
-    return " ".join(f"{key}={_toml(value)}" for key, value in values.items())
-
-
-def _toml(value: Any) -> str:
-    """A value as TOML writes it (so that config.py reads back exactly it)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, Path):
-        value = str(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=False)
+    return Sweep(folder, grid, cells_of(grid), _read_records(folder))
 
 
 def _loss(value: float | None) -> str:
@@ -449,7 +279,7 @@ def _grid_toml(grid: dict[str, list[Any]]) -> str:
         "# outermost; its run folder is named from its values. Rerunning the command continues the sweep.",
         "[grid]",
     ]
-    lines += [f"{json.dumps(key)} = {_toml(values)}" for key, values in grid.items()]
+    lines += [f"{json.dumps(key)} = {toml_value(values)}" for key, values in grid.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -475,7 +305,7 @@ def _differences(folder: Path, grid: dict[str, list[Any]], base: Config) -> list
         found.append(f"grid keys {', '.join(stored)} there, {', '.join(grid)} here")
     else:
         found += [
-            f"grid {key} = {_toml(stored[key])} there, {_toml(values)} here"
+            f"grid {key} = {toml_value(stored[key])} there, {toml_value(values)} here"
             for key, values in grid.items()
             if stored[key] != values
         ]

@@ -13,6 +13,7 @@ from .. import failpoints
 from ..config import Config, load_config
 from ..device import keep_freed_memory
 from ..errors import MinigptError
+from ..runs.exercise import divergence_hint
 from ..training import distributed
 from ..training.events import Listener, StepDone
 from ..training.listeners import CheckpointSaver, run_folder_listeners
@@ -49,7 +50,9 @@ def train(
     the run folder `out`, for `steps` steps, with a learner's module in place of minigpt's where
     `exercise` names one (`minigpt exercise`: its file `exercise_file`, by default
     exercises/NAME.py here, must pass its checks); `init_from` a run folder fine-tunes it
-    (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it.
+    (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it:
+    the run alone (a folder holding anything else, or what the run reads, is refused), and only
+    once every check has passed and the new step-0 checkpoint is written.
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
     checked, before the first step (the command prints its summary there); `stop_when(step_done)`,
@@ -122,8 +125,10 @@ def train(
         raise DivergedError(
             "step {step}'s loss or gradient is not finite (loss {loss}, gradient norm {grad_norm}): it was "
             "not applied and training stopped; the last good checkpoint (step {last_step}) is intact in "
-            "{run_dir}. Lower train.learning_rate (and train.muon_learning_rate, which Muon's matrices take){clip} "
-            "and train again with {force:on}; {resume:on} retries from step {last_step} with the same settings",
+            "{run_dir}. {learner}Lower train.learning_rate (and train.muon_learning_rate, which Muon's matrices "
+            "take){clip} and train again with {force:on}; {resume:on} retries from step {last_step} with the same "
+            "settings",
+            learner=divergence_hint(s.model),  # a learner's module: its file first
             clip=" or set train.grad_clip (for example 1.0)" if s.cfg.train.grad_clip == 0 else "",
             step=d.step,
             loss=d.loss,

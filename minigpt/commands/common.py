@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from ..errors import MinigptError
+from ..errors import MinigptError, parameter
 
 if TYPE_CHECKING:
     from ..api import Run
@@ -68,16 +68,45 @@ def transient(message: str, quiet: bool = False) -> Iterator[None]:
             sys.stderr.flush()
 
 
-def opened(o) -> Run:
-    """The run a reading command's options name (`--run`, `-c`, `--set`, `--checkpoint`), with a
-    line on a terminal while a large one loads."""
+def check_png(path: Path | None, flag: str, force: bool) -> None:
+    """The PNG an output flag names (`--png`, `plot -o`), checked before the work that draws it
+    (check_output); `--force` without that flag is refused, not ignored."""
+    from ..api import PNG, check_output
+
+    if path is not None:
+        check_output(path, flag, PNG, force=force)
+    elif force:
+        raise MinigptError(
+            "{force:on} replaces an existing {what} file, and no {what} is given; leave out {force:on}",
+            what=parameter(flag),
+        )
+
+
+def opened(o, learner_code: bool = True) -> Run:
+    """The run a reading command's options name (`--run`, `-c`, `--set`, `--checkpoint`,
+    `--trust-exercise`), with a line on a terminal while a large one loads, and a note on stderr when
+    it runs a learner's file. `learner_code` False: none runs (a command that only counts)."""
     from ..api import load
 
     with transient(f"loading {o.run or o.config or 'the default run'} ..."):
-        run = load(o.run, config=o.config, set=o.overrides, checkpoint=o.checkpoint)
+        run = load(
+            o.run,
+            config=o.config,
+            set=o.overrides,
+            checkpoint=o.checkpoint,
+            trust_exercise=getattr(o, "trust_exercise", False),
+            learner_code=learner_code,
+        )
+    say_notes(run.notes)
     # how the model is read: past its trained length, or with rope scaled (the commands that take it)
     run.read_with(extrapolate=getattr(o, "extrapolate", False), rope_scaling=getattr(o, "rope_scaling", None))
     return run
+
+
+def say_notes(notes: list[str]) -> None:
+    """The library's notes (`note: ...`: which learner's file runs), each said once on stderr."""
+    while notes:
+        say(f"minigpt: {notes.pop(0)}")
 
 
 def read_past_because(rope_scaling) -> str:

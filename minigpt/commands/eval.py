@@ -11,15 +11,16 @@ import math
 
 import typer
 
-from ..errors import MinigptError
-from ..io import atomic_write_text
+from ..api import JSON_LINES, check_output, write_output
+from ..errors import MinigptError, Phrase, parameter
 from . import eval_positions
-from .common import opened, user_errors
+from .common import check_png, opened, user_errors
 from .options import EvalOptions
 
 
 def main(o: EvalOptions) -> None:
     with user_errors():
+        _check_outputs(o)  # before the run is loaded and the text scored
         run = opened(o)
         if eval_positions.asked(o):  # --by-position: the loss at each position of a text's windows
             eval_positions.main(run, o)
@@ -39,6 +40,7 @@ def main(o: EvalOptions) -> None:
             raise MinigptError(
                 "{data} is missing: give a UTF-8 text file to score, or a .jsonl file of prompt/completion pairs"
             )
+        _check_reads_within_context(o, run.model.context)
         scores = run.eval(o.data)
         if o.per_token is not None:
             ids = scores.ids
@@ -54,14 +56,8 @@ def main(o: EvalOptions) -> None:
                 )
                 for i, nats in enumerate(scores.surprisal)
             )
-            try:
-                atomic_write_text(o.per_token, "".join(line + "\n" for line in lines))
-            except OSError as exc:
-                raise MinigptError(
-                    "{per_token} {given} cannot be written ({reason}); choose another path",
-                    given=o.per_token,
-                    reason=exc.strerror or exc,
-                ) from None
+            text = "".join(line + "\n" for line in lines)
+            write_output(o.per_token, "per_token", JSON_LINES, force=o.force, write=lambda f: f.write(text))
         context = run.model.context
         summary = {
             "tokens": scores.tokens,
@@ -76,12 +72,51 @@ def main(o: EvalOptions) -> None:
         if o.as_json:
             typer.echo(json.dumps(summary))
             return
+        left = _left_context(scores.least_left_context, context)
         typer.echo(
-            f"{o.data}: {scores.tokens:,} tokens scored ({scores.bytes:,} bytes), each with at least "
-            f"{context // 2} tokens of left context after the first window\n"
+            f"{o.data}: {scores.tokens:,} tokens scored ({scores.bytes:,} bytes), {left}\n"
             f"nats/token {scores.nats_per_token:.4f}   bits/byte {scores.bits_per_byte:.4f}   "
             f"perplexity {scores.perplexity:.2f}"
         )
+
+
+def _left_context(least: int | None, context: int) -> str:
+    """What the windows gave each token to its left, as they fell on this text (Scores.least_left_context):
+    a text that fits one window gives every token all the tokens before it."""
+    if least is None:
+        return f"each with every token before it as context: the text fits one window of {context} tokens"
+    return f"each with at least {least} tokens of left context after the first window"
+
+
+def _check_outputs(o: EvalOptions) -> None:
+    """The files --per-token and --png would write, and --force with one of them."""
+    if o.force and o.per_token is None and o.png is None:
+        raise MinigptError(
+            "{force:on} replaces an existing {per_token} or {png} file, and neither is given; leave out {force:on}"
+        )
+    if o.per_token is not None:
+        check_output(o.per_token, "per_token", JSON_LINES, force=o.force)
+    if o.png is not None:
+        check_png(o.png, "png", o.force)
+
+
+def _check_reads_within_context(o: EvalOptions, context: int) -> None:
+    """A text is scored in windows of the trained length and never past it, so a way of reading
+    past it (--rope-scaling, --extrapolate) would be taken and do nothing eval shows: refused."""
+    if o.rope_scaling is None and not o.extrapolate:
+        return
+    given = (
+        Phrase("{rope_scaling} {rule}", rule=o.rope_scaling)
+        if o.rope_scaling is not None
+        else parameter("extrapolate", "on")
+    )
+    raise MinigptError(
+        "{given} reads a model past the length it was trained at, and eval scores a text in windows of that "
+        "length ({context} tokens), never past it; leave it out, or give it with {by_position:on} {length} N "
+        "to see the loss at positions past {context}",
+        given=given,
+        context=context,
+    )
 
 
 def _by_length(table, as_json: bool) -> None:

@@ -51,7 +51,7 @@ def main(run, o: EvalOptions) -> None:
     if o.png is not None:
         from ..inspection.plot import position_figure, save_png
 
-        save_png(position_figure(result, title=shown_path(run.path)), o.png)
+        save_png(position_figure(result, title=shown_path(run.path)), o.png, "png", force=o.force)
     if o.as_json:
         typer.echo(json.dumps({"run": str(run.path), "data": str(o.data), **result.to_json()}))
     else:

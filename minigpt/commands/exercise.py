@@ -3,7 +3,9 @@ each written from a starter, checked against minigpt's own modules, then trained
 (`minigpt train --exercise NAME`). A check's lines go to stdout, one per check; it exits 0 when
 every check passes; when one fails, the last line says how many, as an error line on stderr, and
 it exits 1. A file that cannot be checked (missing, not importable, lacking a name) is one refusal
-line, exit 2."""
+line, exit 2; one whose code tries to end the program, ends the process checking it, or hangs is
+one line too, the file's fault, exit 1. `list` runs none of the files: it says which are there;
+`check` runs one (in a child process, with a time limit on each step)."""
 
 from __future__ import annotations
 
@@ -51,11 +53,15 @@ def _list(o: ExerciseListOptions) -> None:
     width = max(len(name) for name in EXERCISES)
     lines = [
         f"exercises in {o.dir}/ (start one with: "
-        f"{command_line('minigpt', 'exercise', 'start', 'NAME', *_dir_words(o.dir))})"
+        f"{command_line('minigpt', 'exercise', 'start', 'NAME', *_dir_words(o.dir))}; "
+        f"run your file's checks with: {command_line('minigpt', 'exercise', 'check', 'NAME', *_dir_words(o.dir))})"
     ]
     for name, exercise in EXERCISES.items():
+        yours = status(name, o.dir)
         lines.append(f"  {name:<{width}}  {exercise.source}: {exercise.title}")
-        lines.append(f"  {'':<{width}}  yours: {status(name, o.dir)}")
+        lines.append(
+            f"  {'':<{width}}  yours: {yours}" + (f", {shown_path(yours.path)}" if yours.word == "started" else "")
+        )
         lines.append(f"  {'':<{width}}  in a model: {exercise.replaces}")
     typer.echo("\n".join(lines))
 

@@ -49,7 +49,7 @@ import typer
 
 from ..errors import MinigptError
 from ..explore.explorer import Explorer
-from .common import compare_run_given, opened, user_errors
+from .common import compare_run_given, opened, say_notes, user_errors
 from .options import ExploreOptions
 
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
@@ -70,6 +70,7 @@ def main(o: ExploreOptions) -> None:
         run = opened(o)
         given = compare_run_given(run, o.compare_run)
         compared = None if given is None else run.comparison_run(given)
+        say_notes(run.notes)  # the compared run's learner's file
         folder = resources.files("minigpt").joinpath("explore")
         files = {path: (folder.joinpath(name).read_bytes(), kind) for path, (name, kind) in FILES.items()}
         handler = _handler(Explorer(run, compared), files)

@@ -16,7 +16,7 @@ from .options import InfoOptions
 
 def main(o: InfoOptions) -> None:
     with user_errors():
-        run = opened(o)
+        run = opened(o, learner_code=False)  # counts: a learner's file is never run for them
         info = run.info(context=o.context)
         if o.as_json:
             typer.echo(json.dumps(info.to_json(), indent=2, ensure_ascii=False))

@@ -56,7 +56,20 @@ RopeScalingOption = Annotated[
         "--rope-scaling",
         metavar="RULE:F",
         help="Read a rope model with its rotations stretched by F: linear:F (position interpolation), ntk:F "
-        "(dynamic NTK) or yarn:F; it then accepts F x context tokens.",
+        "(dynamic NTK), yarn:F or llama3:F, F from 1 to 1,000,000, optionally with transformers' settings "
+        "after it (yarn:4,beta_fast=16); it then accepts F x context tokens.",
+    ),
+]
+# An output file's (--png, --per-token, plot -o): one already there is replaced only when asked.
+ForceOutputOption = Annotated[bool, typer.Option("--force", help="Replace the output file if it exists.")]
+
+TrustExerciseOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-exercise",
+        help="Run the learner's file of a run trained with an exercise even when it is not the learner's own at "
+        "the absolute path recorded (a relative path, a file inside the run folder, or the run folder's copy): "
+        "importing it runs its code, so read it first.",
     ),
 ]
 
@@ -211,8 +224,9 @@ class SweepOptions(SweepKeys):
         typer.Option(
             "--grid",
             metavar="KEY=V1,V2,...",
-            help="A config key and the values the cells take, e.g. model.n_layer=2,4,8 (a TOML array after = for "
-            "values with commas). Repeatable: the cells are every combination.",
+            help="A config key and the values the cells take, e.g. model.n_layer=2,4,8 (a value with commas in "
+            'double quotes: model.rope_scaling="yarn:4,beta_fast=16",linear:2; or a TOML array after =). '
+            "Repeatable: the cells are every combination.",
         ),
     ] = None
     seeds: Annotated[
@@ -257,6 +271,7 @@ class SampleOptions(SampleKeys):
         ),
     ] = True
     checkpoint: CheckpointOption = "last"
+    trust_exercise: TrustExerciseOption = False
     extrapolate: ExtrapolateOption = False
     rope_scaling: RopeScalingOption = None
 
@@ -401,6 +416,7 @@ class TraceOptions(Options):
         typer.Option("--target", help="With --grad: the loss of this token instead (its text, one token, or #ID)."),
     ] = None
     checkpoint: CheckpointOption = "last"
+    trust_exercise: TrustExerciseOption = False
     extrapolate: ExtrapolateOption = False
     rope_scaling: RopeScalingOption = None
     png: Annotated[
@@ -411,6 +427,7 @@ class TraceOptions(Options):
             "the parts as bars (needs matplotlib).",
         ),
     ] = None
+    force: ForceOutputOption = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -451,8 +468,10 @@ class PatchOptions(Options):
     png: Annotated[
         Path | None, typer.Option("--png", help="Also draw the effects as heat maps (needs matplotlib).")
     ] = None
+    force: ForceOutputOption = False
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    trust_exercise: TrustExerciseOption = False
     extrapolate: ExtrapolateOption = False
     rope_scaling: RopeScalingOption = None
 
@@ -524,8 +543,10 @@ class EvalOptions(Options):
         Path | None,
         typer.Option("--png", help="With --by-position: also draw the loss by position as a curve (needs matplotlib)."),
     ] = None
+    force: ForceOutputOption = False
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    trust_exercise: TrustExerciseOption = False
     extrapolate: ExtrapolateOption = False
     rope_scaling: RopeScalingOption = None
 
@@ -548,6 +569,7 @@ class ExportOptions(Options):
     out: Annotated[Path, typer.Option("--out", help="Folder to write (new or empty).")]
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    trust_exercise: TrustExerciseOption = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -559,6 +581,7 @@ class PlotOptions(Options):
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="PNG to write (needs matplotlib); without it, a text plot.")
     ] = None
+    force: ForceOutputOption = False
     x: Annotated[str, typer.Option("--x", help="step, or time (seconds of training).")] = "step"
     metric: Annotated[
         str | None,
@@ -590,6 +613,7 @@ class ExploreOptions(Options):
     port: Annotated[int, typer.Option("--port", help="Port to serve on (0: any free port).")] = 8017
     overrides: SetOption = None
     checkpoint: CheckpointOption = "last"
+    trust_exercise: TrustExerciseOption = False
     extrapolate: ExtrapolateOption = False
     rope_scaling: RopeScalingOption = None
     compare_run: CompareRunOption = None

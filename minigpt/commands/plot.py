@@ -12,12 +12,13 @@ from ..api.sweep import SWEEP_FILE
 from ..errors import MinigptError
 from ..inspection.plot import curves_figure, save_png, text_curves
 from ..inspection.sweep_plot import METRICS, sweep_figure, text_sweep
-from .common import shown_path, user_errors
+from .common import check_png, shown_path, user_errors
 from .options import PlotOptions
 
 
 def main(o: PlotOptions) -> None:
     with user_errors():
+        check_png(o.out, "out", o.force)  # before any run is read
         if len(o.runs) == 1 and (Path(o.runs[0]) / SWEEP_FILE).is_file():
             _plot_sweep(o)
             return
@@ -37,7 +38,7 @@ def main(o: PlotOptions) -> None:
         if o.out is None:
             typer.echo(text_curves(data))
             return
-        save_png(curves_figure(data, o.x), o.out)
+        save_png(curves_figure(data, o.x), o.out, "out", force=o.force)
     typer.echo(f"wrote {o.out}")
 
 
@@ -70,5 +71,5 @@ def _plot_sweep(o: PlotOptions) -> None:
         typer.echo(text_sweep(sweep.grid, records, metric=metric, against=against))
         return
     figure = sweep_figure(sweep.grid, records, metric=metric, against=against, title=shown_path(sweep.folder))
-    save_png(figure, o.out)
+    save_png(figure, o.out, "out", force=o.force)
     typer.echo(f"wrote {o.out}")

@@ -14,6 +14,7 @@ import typer
 
 from .. import api
 from ..api import WriteFailed
+from ..api.sweep import MANY_CELLS
 from .common import command_line, say, shown_path, user_errors
 from .options import SweepOptions
 from .train import _interrupt, _sigterm_interrupts
@@ -38,7 +39,7 @@ def main(o: SweepOptions) -> None:
 def _sweep(o: SweepOptions) -> None:
     def starting(cell, how: str, sweep: api.Sweep) -> None:
         what = {"skip": "finished, skipped", "start": "training", "resume": "resuming from its checkpoint"}[how]
-        say(f"minigpt sweep: cell {sweep.cells.index(cell) + 1}/{len(sweep.cells)} {cell.name}: {what}", o.quiet)
+        say(f"minigpt sweep: cell {sweep.cells.index(cell) + 1}/{sweep.cells.count} {cell.name}: {what}", o.quiet)
 
     def done(cell, record: dict) -> None:
         diverged = (
@@ -46,6 +47,13 @@ def _sweep(o: SweepOptions) -> None:
         )
         final = "n/a" if record["final_val_loss"] is None else f"{record['final_val_loss']:.4f}"
         say(f"  {diverged}: final val loss {final}, {record['wall_s']:.1f}s", o.quiet)
+
+    def planned(count: int) -> None:  # said even with --quiet: a grid this large is often a mistake
+        if count > MANY_CELLS:
+            say(
+                f"minigpt: note: the grid has {count:,} cells (more than {MANY_CELLS:,}), trained one after "
+                "another; each cell's config is checked before any runs"
+            )
 
     try:
         result = api.sweep(
@@ -59,6 +67,7 @@ def _sweep(o: SweepOptions) -> None:
             progress=not o.quiet,
             on_cell=starting,
             on_done=done,
+            on_plan=planned,
         )
     except WriteFailed as exc:  # a full disk inside a cell: said with the command that continues the sweep
         raise WriteFailed(exc.reason, exc.run, exc.checkpoint_step, resume_with=_again(o)) from None
@@ -71,7 +80,7 @@ def _sweep(o: SweepOptions) -> None:
         raise typer.Exit(130)
     typer.echo(table(result.rows()))
     say(
-        f"sweep folder {shown_path(result.folder)}: {len(result.cells)} cells, their records in sweep.jsonl; "
+        f"sweep folder {shown_path(result.folder)}: {result.cells.count} cells, their records in sweep.jsonl; "
         f"plot with: {command_line('minigpt', 'plot', shown_path(result.folder))}",
         o.quiet,
     )

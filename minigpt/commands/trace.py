@@ -12,13 +12,23 @@ from ..api import Comparison, Trace
 from ..errors import MinigptError, parameter
 from ..inspection.trace_text import check_digits, render_comparison, render_feed, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
-from .common import compare_run_given, opened, read_past_because, say, shown_path, user_errors
+from .common import (
+    check_png,
+    compare_run_given,
+    opened,
+    read_past_because,
+    say,
+    say_notes,
+    shown_path,
+    user_errors,
+)
 from .options import TraceOptions
 
 
 def main(o: TraceOptions) -> None:
     with user_errors():
         check_digits(o.digits)
+        check_png(o.png, "png", o.force)  # before the model is read
         if o.feed:
             _feed(o)
             return
@@ -46,10 +56,16 @@ def main(o: TraceOptions) -> None:
             compare_ids=o.compare_ids,
             all_positions=o.all_positions,
         )
+        say_notes(run.notes)  # a compared run's learner's file
         _note_past(run, result.after if isinstance(result, Comparison) else result)
         if isinstance(result, Comparison):
-            if o.png is not None and result.after.attribution is not None:
-                _save(result.after, o.png)
+            if o.png is not None and result.after.attribution is None:  # nothing to draw: refused, not ignored
+                raise MinigptError(
+                    "{png} draws a comparison of two passes only as its attribution's parts; add {attribute} TOKEN, "
+                    "or leave out {png}"
+                )
+            if o.png is not None:
+                _save(result.after, o.png, o.force)
             text = render_comparison(_folders_shown(result), digits=o.digits)
             if result.after.attribution is not None:
                 text += "\n\n" + "\n".join(
@@ -58,7 +74,7 @@ def main(o: TraceOptions) -> None:
             typer.echo(result.to_json() if o.as_json else text)
             return
         if o.png is not None:
-            _save(result, o.png)
+            _save(result, o.png, o.force)
         text = render_text(result, digits=o.digits)
         if not o.as_json and run.example_format:  # a task run: the example format the prompt should follow
             text = f"trained on {run.example_format}\n" + text
@@ -71,7 +87,7 @@ def main(o: TraceOptions) -> None:
 TRACE_ONLY = (
     "prompt", "ids", "position", "block", "scale", "replace_residual", "ablate_head", "set_input", "set_row",
     "norm_over", "broadcast_update", "at_position", "compare", "compare_run", "compare_ids", "all_positions",
-    "attribute", "versus", "grad", "target", "png",
+    "attribute", "versus", "grad", "target", "png", "force",
 )  # fmt: skip
 
 
@@ -111,8 +127,9 @@ def _folders_shown(result: Comparison) -> Comparison:
     return replace(result, run=shown_path(result.run), compared_run=shown_path(result.compared_run))
 
 
-def _save(result: Trace, path) -> None:
+def _save(result: Trace, path, force: bool) -> None:
     """--png: the attribution's parts as bars when one was asked for, else the attention weights."""
     from ..inspection.plot import attention_figure, attribution_figure, save_png
 
-    save_png(attribution_figure(result.attribution) if result.attribution else attention_figure(result), path)
+    figure = attribution_figure(result.attribution) if result.attribution else attention_figure(result)
+    save_png(figure, path, "png", force=force)

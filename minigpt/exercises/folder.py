@@ -1,5 +1,5 @@
-"""The learner's folder of exercises (exercises/ by default): a starter written there, and where
-each exercise stands (not started, failing, passing, or a file that does not import)."""
+"""The learner's folder of exercises (exercises/ by default): a starter written there, and which
+exercises are started (a file there); nothing here imports a learner's file."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 from ..errors import MinigptError
 from .catalogue import EXERCISES
-from .checks import Report, check_file
-from .learner import learner_path, read_learner
+from .learner import learner_path
 
 
 def starter_text(name: str) -> str:
@@ -40,38 +39,20 @@ def start(name: str, folder: str | Path | None = None, force: bool = False) -> P
 
 @dataclass(frozen=True)
 class Status:
-    """Where one exercise stands in the folder: `word` is not started, failing, passing or broken."""
+    """Whether the learner's file of one exercise is in the folder: `word` is "not started" or
+    "started". Only `check` runs a file: listing a folder imports none of them, since a folder's
+    files are code, and the folder a command runs in may be anyone's."""
 
     word: str
     path: Path
-    report: Report | None = None
-    reason: str = ""  # broken: why the file cannot be checked
 
     def __str__(self) -> str:
-        if self.report is None:
-            return self.word if not self.reason else f"{self.word} ({self.reason})"
-        failing = sum(not r.passed for r in self.report.results) + self.report.not_run
-        if self.report.passed:
-            return f"passing: all {self.report.total} checks"
-        return f"failing: {failing} of {self.report.total} checks"
+        return self.word
 
 
 def status(name: str, folder: str | Path | None = None) -> Status:
     path = learner_path(name, folder)
-    if not path.exists():
-        return Status("not started", path)
-    try:
-        return Status("checked", path, check_file(read_learner(name, path)))
-    except MinigptError as refused:
-        return Status("broken", path, reason=_reason(refused, path))
-
-
-def _reason(refused: MinigptError, path: Path) -> str:
-    """Why a file cannot be checked, without its path (the listing names it)."""
-    text = refused.render()
-    for shown in (str(path.resolve()), str(path)):
-        text = text.replace(f"{shown} ", "", 1)
-    return text.split(";")[0]
+    return Status("started" if path.exists() else "not started", path)
 
 
 __all__ = ["EXERCISES", "Status", "start", "starter_text", "status"]

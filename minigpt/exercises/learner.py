@@ -3,6 +3,9 @@
 Anything wrong with the file itself (missing, not UTF-8, does not import, lacks a name the exercise
 needs) is one refusal naming the file and, where the file has one, the line; never a traceback. The
 code runs as the learner wrote it: importing it is running it, which is the point of the exercise.
+Code that tries to end the program (sys.exit, os._exit, raising a BaseException that is no
+Exception) is the file's fault, said as a LearnerFault naming the file and the line (exit status 1),
+never a silent exit that looks like success. Ctrl-C (KeyboardInterrupt) still stops minigpt.
 """
 
 from __future__ import annotations
@@ -26,18 +29,75 @@ def learner_path(name: str, folder: str | Path | None = None) -> Path:
     return Path(folder if folder is not None else FOLDER) / f"{name}.py"
 
 
-def where_raised(exc: BaseException, path: Path) -> str:
-    """`, line N` of the learner's file where `exc` was raised (its last frame there), or nothing."""
+def shown_here(path: Path) -> Path:
+    """A path as the user would type it here: relative when it lies under the current folder."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return Path(path)
+
+
+def raised_line(exc: BaseException, path: Path) -> int | None:
+    """The line of the learner's file where `exc` was raised (its last frame there), or None."""
     lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if Path(frame.filename) == path]
     if isinstance(exc, SyntaxError) and exc.lineno and Path(exc.filename or "") == path:
         lines.append(exc.lineno)
-    return f", line {lines[-1]}" if lines else ""
+    return lines[-1] if lines else None
+
+
+def where_raised(exc: BaseException, path: Path) -> str:
+    """`, line N` of the learner's file where `exc` was raised (its last frame there), or nothing."""
+    line = raised_line(exc, path)
+    return f", line {line}" if line is not None else ""
 
 
 def describe(exc: BaseException) -> str:
-    """An exception in a few words: `NotImplementedError: implement forward`."""
+    """An exception in a few words: `NotImplementedError: implement forward`, `os._exit(0)`."""
+    if isinstance(exc, ProcessExit):
+        return f"os._exit({exc.code})"
     text = " ".join(str(exc.msg if isinstance(exc, SyntaxError) else exc).split())
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+class ProcessExit(BaseException):
+    """os._exit(code) called by the learner's code where minigpt checks it: in that child process
+    (exercises/child.py) os._exit raises this instead, so that the line can be named."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+class LearnerFault(MinigptError):
+    """The learner's code tried to end the program, ended the process checking it, or hung: the
+    file's fault, not a refusal of what the user asked (exit status 1)."""
+
+    exit_code = 1
+
+
+def ended_program(exc: BaseException) -> bool:
+    """`exc` would end the program, and the learner's code raised it: a BaseException that is no
+    Exception (sys.exit's, os._exit's in the child, a GeneratorExit), Ctrl-C's KeyboardInterrupt
+    aside, which is the user's and must still stop minigpt."""
+    return not isinstance(exc, (Exception, KeyboardInterrupt))
+
+
+def program_ended(shown: Path | str, what: str, line: int | None, doing: str) -> LearnerFault:
+    """The LearnerFault of the learner's file `shown` whose code tried to end the program (`what`: the
+    exception described, at `line`) while `doing` ("it was checked", "the model ran it")."""
+    return LearnerFault(
+        "{path} tried to end the program{where} ({what}) while {doing}: a module returns its result, or raises an "
+        "Exception that says what is wrong, and never exits; remove that, then try again",
+        path=shown,
+        where="" if line is None else f" at line {line}",
+        what=what,
+        doing=doing,
+    )
+
+
+def ending_fault(exc: BaseException, path: Path, shown: Path | str, doing: str) -> LearnerFault:
+    """program_ended for `exc`, raised by the code of the learner's file at `path` (absolute)."""
+    return program_ended(shown, describe(exc), raised_line(exc, path), doing)
 
 
 @dataclass(frozen=True)
@@ -95,8 +155,13 @@ def _import(exercise: str, path: Path, shown: Path, source: str, sha: str) -> Mo
     sys.modules[name] = module  # what a dataclass or a pickle in the file looks itself up in
     try:
         exec(compile(source, str(path), "exec"), module.__dict__)
-    except Exception as exc:  # whatever the learner's code raises while it is imported
+    except KeyboardInterrupt:  # Ctrl-C: the user's, not the file's
         del sys.modules[name]
+        raise
+    except BaseException as exc:  # whatever the learner's code raises while it is imported, exits too
+        del sys.modules[name]
+        if ended_program(exc):
+            raise ending_fault(exc, path, shown, "it was imported") from None
         raise MinigptError(
             "{path} does not import: {what}{where}; fix it and check it again",
             path=shown,

@@ -26,8 +26,11 @@ cache, last_only)`): its parameters, names and arithmetic are untouched.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -38,39 +41,61 @@ from ..model.cache import LayerCache
 from ..model.gpt import Parts
 from ..model.layers import CausalSelfAttention, FeedForward, _causal_mask, make_norm
 from ..model.recorder import Recorder
-from .learner import LearnerFile
+from .learner import LearnerFile, ended_program, ending_fault, shown_here
 
 
 def parts_of(learner: LearnerFile) -> Parts:
     """The Parts that put `learner`'s module where minigpt builds its own."""
-    name, module = learner.exercise, learner.module
+    name, module, path = learner.exercise, learner.module, learner.path
     source = {"name": name, "file": str(learner.path), "sha256": learner.sha256, "source": learner.source}
-    if name == "rmsnorm":
-        return Parts(norm=lambda cfg: module.RMSNorm(cfg.n_embd, cfg.norm_eps), source=source)
-    if name == "layernorm":
-        return Parts(norm=lambda cfg: module.LayerNorm(cfg.n_embd, cfg.norm_eps), source=source)
+    if name in ("rmsnorm", "layernorm"):
+        norm = _plugged(module.RMSNorm if name == "rmsnorm" else module.LayerNorm, path)
+        return Parts(norm=lambda cfg: norm(cfg.n_embd, cfg.norm_eps), source=source)
     if name in ("ffn", "swiglu"):
-        cls = _plugged(module.FeedForward if name == "ffn" else module.SwiGLU, _ffn_forward)
+        cls = _plugged(module.FeedForward if name == "ffn" else module.SwiGLU, path, _ffn_forward)
         # bias: the FFN's own (bias, or ffn_bias), as minigpt's FeedForward takes it
         return Parts(ffn=lambda cfg: cls(cfg.n_embd, cfg.ffn_hidden, cfg.biased("W1")), source=source)
     if name == "attention":
-        cls = _plugged(module.CausalSelfAttention, _attention_forward)
+        cls = _plugged(module.CausalSelfAttention, path, _attention_forward)
         return Parts(
             # one bias switch for W_Q, W_K, W_V and W_O: the config refuses qkv_bias and out_bias that differ
             attention=lambda cfg: _with_heads(cls(cfg.n_embd, cfg.n_head, cfg.biased("qkv")), cfg.n_head),
             source=source,
         )
-    cls = _plugged(module.Block, _block_forward)
+    cls = _plugged(module.Block, path, _block_forward)
     return Parts(
         block=lambda cfg: cls(make_norm(cfg), CausalSelfAttention(cfg), make_norm(cfg), FeedForward(cfg)), source=source
     )
 
 
-def _plugged(cls: type, forward) -> type:
-    """The learner's class, taking minigpt's call: `forward` calls the learner's own."""
+def _plugged(cls: type, path: Path, forward=None) -> type:
+    """The learner's class, taking minigpt's call: `forward` calls the learner's own (`learner_forward`;
+    a norm's is called as it is). Its __init__ and forward say an attempt to end the program as the
+    file's fault (a LearnerFault), instead of ending it: training and every reading run them here."""
+    own = _guarded(cls.forward, path)
     return type(
-        cls.__name__, (cls,), {"forward": forward, "learner_forward": cls.forward, "__module__": cls.__module__}
+        cls.__name__,
+        (cls,),
+        {
+            "__init__": _guarded(cls.__init__, path),
+            "forward": forward or own,
+            "learner_forward": own,
+            "__module__": cls.__module__,
+        },
     )
+
+
+def _guarded(function: Callable, path: Path) -> Callable:
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except BaseException as exc:
+            if ended_program(exc):
+                raise ending_fault(exc, path, shown_here(path), "the model ran it") from None
+            raise
+
+    return call
 
 
 def _with_heads(module: nn.Module, heads: int) -> nn.Module:

@@ -227,17 +227,17 @@ def patching_figure(result: Patching):
     return figure
 
 
-def save_png(figure, path: Path) -> None:
-    """The figure as a PNG, written atomically; a path that cannot be written is refused."""
-    from ..io import atomic_write
+def save_png(figure, path: Path, flag: str = "png", force: bool = False) -> None:
+    """The figure as the PNG the output flag `flag` names, written atomically once check_output
+    (runs/outputs.py) has passed (an existing file replaced only with `force`); the figure is closed
+    either way."""
+    from ..runs.outputs import PNG, write_output
 
-    path = Path(path)
+    def draw(file) -> None:
+        figure.savefig(file, format="png", dpi=100)
+
     try:
-        atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=100), binary=True)
-    except OSError as exc:
-        raise MinigptError(
-            "{path} cannot be written ({reason}); choose another file", path=path, reason=exc.strerror or exc
-        ) from None
+        write_output(Path(path), flag, PNG, force=force, write=draw, binary=True)
     finally:
         import matplotlib.pyplot as plt
 

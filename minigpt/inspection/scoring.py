@@ -23,6 +23,9 @@ class Scores:
     ids: list[int]  # the text's token ids
     surprisal: list[float]  # nats, for ids[1:] (one per scored token)
     bytes: int  # UTF-8 bytes of the text
+    # the fewest tokens a window after the first read before its first scored target; None where the
+    # text fits one window (every token then reads all the tokens before it)
+    least_left_context: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -91,4 +94,5 @@ def score(model: MiniGPT, ids: list[int], text_bytes: int, batch_size: int = 64,
                 surprisal += nats[row, positions, targets].tolist()
     finally:
         model.train(was_training)
-    return Scores(list(ids), surprisal, text_bytes)
+    least = min((first - start for start, first, _ in spans[1:]), default=None)
+    return Scores(list(ids), surprisal, text_bytes, least)

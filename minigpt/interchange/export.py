@@ -12,7 +12,8 @@ positions, a final LayerNorm, a vocabulary head. GPT-2's names and layouts (Conv
 weights, the tied head, the config keys) are gpt2_layout.py's, the table the import reads too. What
 the chosen family cannot express (for GPT-2: RMSNorm, post-norm, SwiGLU, grouped-query heads,
 Attention Residuals) is refused, naming the key and, where the other family holds it, saying so.
-Without biases, GPT-2's are exported as zeros, which computes the same.
+Without biases, GPT-2's are exported as zeros, which computes the same. Every format keeps the
+run's dtype: a float64 run is written as float64, and config.json says so (dtype_keys).
 """
 
 from __future__ import annotations
@@ -110,6 +111,24 @@ def hf_family(model: MiniGPT, imported: dict[str, Any] | None = None) -> tuple[s
     return gpt2.MODEL_TYPE, gpt2_refusal(model)
 
 
+def transformers_float32(model: MiniGPT, format: str) -> str | None:
+    """What transformers computes in float32 of a float64 run exported as `format`, as the export's
+    note says it (the weights are written in float64 as they are); None: nothing. transformers'
+    LlamaRMSNorm (and Qwen2's and Mistral's) casts its input to float32 whatever the weights' dtype,
+    and it computes rope's angles in float32, which a minigpt-trained float64 run computes in float64
+    ([model] rope_angles = "dtype"; an imported run's "float32" already matches). GPT-2 computes in
+    the weights' dtype throughout."""
+    cfg = model.cfg
+    if format not in ("hf", "peft") or cfg.dtype != "float64" or not llama_export.is_family_block(cfg):
+        return None
+    angles = " and rope's angles (this run computes them in float64)" if cfg.rope_angles == "dtype" else ""
+    return (
+        f"transformers computes RMSNorm{angles} in float32 in a Llama-family model even with float64 weights: "
+        "its logits will agree with this run's within float32 rounding, not float64's (the weights are written "
+        "in float64, as they are)"
+    )
+
+
 def imported_type(origin: dict[str, Any] | None) -> str | None:
     """The model_type of the Hugging Face folder an import's origin names (its kind is "hf-" + it)."""
     kind = str((origin or {}).get("kind", ""))
@@ -144,10 +163,11 @@ def gpt2_state(model: MiniGPT) -> dict[str, torch.Tensor]:
         if parameter.tied and model.cfg.tie_embeddings:
             continue
         if parameter.bias_of and parameter.ours not in ours:  # zeros compute what no bias does
-            tensor = torch.zeros(ours[parameter.bias_of].shape[0])
+            weight = ours[parameter.bias_of]
+            tensor = torch.zeros(weight.shape[0], dtype=weight.dtype)
         else:
             tensor = ours[parameter.ours].T if parameter.conv1d else ours[parameter.ours]
-        state[parameter.theirs] = tensor.detach().float().contiguous().clone()
+        state[parameter.theirs] = tensor.detach().contiguous().clone()
     return state
 
 
@@ -176,7 +196,7 @@ def export_hf(
         tensors = llama_export.state(model)
         config = llama_export.config_json(model.cfg, model.vocab_size, family)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    _write_json(out / "config.json", config)
+    _write_json(out / "config.json", {**config, **dtype_keys(model.cfg.dtype)})
     (out / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
     _write_json(
         out / "tokenizer_config.json",
@@ -199,8 +219,15 @@ def gpt2_folder_config(model: MiniGPT) -> dict[str, Any]:
         "attn_pdrop": 0.0,
         "bos_token_id": None,
         "eos_token_id": None,
-        "torch_dtype": "float32",
     }
+
+
+def dtype_keys(dtype: str) -> dict[str, str]:
+    """The weights' dtype (the run's: nothing is narrowed) under both names config.json has had:
+    transformers 5 and 4.56 on read `dtype`, earlier releases and other tools `torch_dtype`.
+    from_pretrained loads the weights in it when asked for dtype="auto" (5.x's default; 4.x loads
+    float32 unless asked)."""
+    return {"dtype": dtype, "torch_dtype": dtype}
 
 
 FORMATS = ("safetensors", "hf", "peft")

@@ -1,6 +1,7 @@
 """Export to the Llama family: a run whose model LlamaForCausalLM, MistralForCausalLM or
-Qwen2ForCausalLM computes, as a Hugging Face folder (config.json in transformers 5's shape,
-model.safetensors, the tokenizer), and a LoRA run's adapters as PEFT saves them for that folder.
+Qwen2ForCausalLM computes, as a Hugging Face folder (config.json that transformers 5 and 4.56 on
+read alike, model.safetensors in the run's dtype, the tokenizer), and a LoRA run's adapters as PEFT
+saves them for that folder.
 
 The family's block is lesson 09's: pre-norm RMSNorm, attention with rotary positions (grouped-query
 heads, any head width), a SwiGLU FFN, residual adds. The three families differ only where they put
@@ -114,6 +115,23 @@ def rope_parameters(cfg: ModelConfig) -> dict[str, Any]:
     return values
 
 
+def rope_settings(cfg: ModelConfig) -> dict[str, Any]:
+    """rope's settings under the keys of every transformers the extras allow (4.56 on), saying one
+    thing: 5.x reads rope_parameters (rope_theta inside it), 4.x a top-level rope_theta beside
+    rope_scaling (null: no rule) and would read theta 10000 unscaled without them. 5.x takes a
+    rope_scaling over rope_parameters, with the rope_theta beside it, so the two spell one rule:
+    rope_scaling is rope_parameters less its rope_theta (a key 4.x's rope validation warns of).
+    Before 4.56, yarn took its factor from max_position_embeddings / original_max_position_embeddings
+    instead of reading it, so a cropped import's rule was read otherwise: hence the extras' floor."""
+    parameters = rope_parameters(cfg)
+    scaling = {key: value for key, value in parameters.items() if key != "rope_theta"}
+    return {
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": scaling if rope_scaling(cfg) is not None else None,
+        "rope_parameters": parameters,
+    }
+
+
 def max_positions(cfg: ModelConfig) -> int:
     """max_position_embeddings: the context, except that transformers' dynamic rule reads it as the
     length the model was trained at, which an import cropped with a shorter context keeps apart."""
@@ -124,7 +142,8 @@ def max_positions(cfg: ModelConfig) -> int:
 
 
 def config_json(cfg: ModelConfig, vocab_size: int, model_type: str) -> dict[str, Any]:
-    """config.json as transformers 5 writes it for `model_type`, under llama_layout.CONFIG_KEYS' names."""
+    """config.json as transformers 5 writes it for `model_type`, under llama_layout.CONFIG_KEYS' names,
+    with rope's settings as 4.x reads them too (rope_settings); export.export_hf adds the dtype keys."""
     ours = {
         **{key: getattr(cfg, key) for key in llama.CONFIG_KEYS},
         "n_kv_head": cfg.kv_heads,
@@ -141,14 +160,13 @@ def config_json(cfg: ModelConfig, vocab_size: int, model_type: str) -> dict[str,
             if key not in ("rope_theta", "sliding_window")
         },
         llama.ACTIVATION: "silu",
-        "rope_parameters": rope_parameters(cfg),  # rope_theta inside it, in transformers 5's shape
+        **rope_settings(cfg),
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "use_cache": True,
         "bos_token_id": None,
         "eos_token_id": None,
         "pad_token_id": None,
-        "dtype": "float32",
     }
     for switch, theirs in llama.bias_keys(model_type).items():
         if isinstance(theirs, str):  # a key of config.json (Llama's); the other families' are fixed
@@ -173,7 +191,7 @@ def _split(tensor: torch.Tensor, p: llama.Parameter, cfg: ModelConfig) -> dict[s
     """minigpt's tensor as transformers' tensors: whole, or its rows split as llama_layout says."""
     counts = llama.row_counts(p, cfg)
     pieces = (tensor,) if counts == (-1,) else torch.split(tensor, counts)
-    return {name: piece.detach().float().contiguous().clone() for name, piece in zip(p.theirs, pieces, strict=True)}
+    return {name: piece.detach().contiguous().clone() for name, piece in zip(p.theirs, pieces, strict=True)}
 
 
 def state(model) -> dict[str, torch.Tensor]:
@@ -203,7 +221,7 @@ def adapter_tensors(adapters: dict[str, torch.Tensor], cfg: ModelConfig) -> dict
         else:
             pieces = {n.removesuffix(".weight"): t for n, t in _split(tensor, p, cfg).items()}
         for module, piece in pieces.items():
-            tensors[f"{module}.{factor}.weight"] = piece.detach().float().contiguous().clone()
+            tensors[f"{module}.{factor}.weight"] = piece.detach().contiguous().clone()
     return tensors
 
 

@@ -98,7 +98,8 @@ def _write(
     """adapter_model.safetensors (`tensors` under the base model's module names) and adapter_config.json."""
     save_file = _safetensors()
     out.mkdir(parents=True, exist_ok=True)
-    stored = {PREFIX + name: t.detach().float().contiguous().clone() for name, t in tensors.items()}
+    # in the run's dtype: PEFT loads a float64 adapter onto a float64 model as it is
+    stored = {PREFIX + name: t.detach().contiguous().clone() for name, t in tensors.items()}
     save_file(stored, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     config = {
         "peft_type": "LORA",

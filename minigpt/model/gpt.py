@@ -237,7 +237,7 @@ class MiniGPT(nn.Module):
             self.positions = Rotary(cfg.head_size, cfg.rope_theta, cfg.context, cfg.rope_angles == "float32")
             # the model's own rule (an imported model's rope_scaling): always applied unless a reading replaces it
             if cfg.rope_scaling:
-                self.own_scaling = parse_rope_scaling(cfg.rope_scaling)
+                self.own_scaling = parse_rope_scaling(cfg.rope_scaling, "the model")  # refused naming the key
                 self.positions.set_scaling(self.own_scaling)
         elif cfg.positions == "alibi":
             self.positions = Alibi(cfg.n_head, cfg.context)

@@ -34,113 +34,17 @@ Tables are computed once per length and device (and rope's once per scaling), ne
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from ..errors import MinigptError
+from ..rope_scaling import SCALING_KINDS, RopeScaling, parse_rope_scaling, spelled
 
-SCALING_KINDS = {"linear": "linear", "ntk": "dynamic", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """A rope scaling rule as transformers' `rope_scaling` describes it. `original_context`: the
-    length the model was trained at (None: the model's own `context`). The other fields keep
-    transformers' defaults unless a checkpoint's config sets them."""
-
-    kind: str  # "linear", "dynamic", "yarn" or "llama3" (transformers' rope_type)
-    factor: float
-    original_context: int | None = None
-    attention_factor: float | None = None  # yarn
-    beta_fast: float = 32.0  # yarn
-    beta_slow: float = 1.0  # yarn
-    mscale: float | None = None  # yarn
-    mscale_all_dim: float | None = None  # yarn
-    truncate: bool = True  # yarn
-    low_freq_factor: float = 1.0  # llama3
-    high_freq_factor: float = 4.0  # llama3
-    name: str = field(default="", compare=False)  # as the user wrote it ("ntk:4")
-
-    def __str__(self) -> str:
-        return self.name or f"{self.kind}:{self.factor:g}"
-
-    def accepts(self, context: int) -> int:
-        """How many positions a model trained at `context` reads with this rule, unasked."""
-        return int(math.floor(self.factor * (self.original_context or context)))
-
-
-# The fields a written rule may set after kind:factor, as name=value (an imported model's own rule)
-_SETTINGS = {
-    "original_context": int,
-    "attention_factor": float,
-    "beta_fast": float,
-    "beta_slow": float,
-    "mscale": float,
-    "mscale_all_dim": float,
-    "truncate": bool,
-    "low_freq_factor": float,
-    "high_freq_factor": float,
-}
-
-
-def parse_rope_scaling(text: str) -> RopeScaling:
-    """`linear:4`, `ntk:4`, `yarn:4` (or transformers' name `dynamic:4`; `llama3:8`) as a RopeScaling,
-    optionally followed by `,name=value` settings of transformers' rope_scaling (an imported model's
-    rule, as `spelled` writes it: `llama3:32,original_context=8192,high_freq_factor=4`)."""
-    head, *settings = str(text).split(",")
-    kind, _, factor = head.partition(":")
-    if kind not in SCALING_KINDS:
-        raise MinigptError(
-            "{rope_scaling} {given} names no scaling rule; expected linear:F, ntk:F or yarn:F with F a factor "
-            "of at least 1, e.g. yarn:4",
-            given=text,
-        )
-    try:
-        value = float(factor)
-    except ValueError:
-        value = float("nan")
-    if not value >= 1 or math.isinf(value):
-        raise MinigptError(
-            "{rope_scaling} {given} has no factor of at least 1; write the rule and a factor, e.g. {value}",
-            given=text,
-            value=f"{kind}:4",
-        )
-    fields: dict = {}
-    for setting in settings:
-        name, _, raw = setting.partition("=")
-        kind_of = _SETTINGS.get(name.strip())
-        try:
-            if kind_of is None:
-                raise ValueError(name)
-            if kind_of is bool:
-                if raw.strip() not in ("true", "false"):
-                    raise ValueError(raw)
-                fields[name.strip()] = raw.strip() == "true"
-            else:
-                fields[name.strip()] = kind_of(raw.strip())
-        except ValueError:
-            raise MinigptError(
-                "{rope_scaling} {given}: {value} is not a setting of the rule; after kind:factor come name=value "
-                "settings among {join}",
-                given=text,
-                value=setting,
-                join=", ".join(_SETTINGS),
-            ) from None
-    return RopeScaling(SCALING_KINDS[kind], value, name=text, **fields)
-
-
-def spelled(scaling: RopeScaling) -> str:
-    """The text `parse_rope_scaling` reads back as `scaling`: kind:factor, then every setting that
-    differs from its default (what an imported model's [model] rope_scaling holds)."""
-    default = RopeScaling(scaling.kind, scaling.factor)
-    parts = [f"{scaling.kind}:{scaling.factor!r}"]
-    for name in _SETTINGS:
-        value = getattr(scaling, name)
-        if value != getattr(default, name):
-            parts.append(f"{name}={str(value).lower() if isinstance(value, bool) else repr(value)}")
-    return ",".join(parts)
+# the rules as text live in rope_scaling.py (no torch: config.py reads them); named here too, where
+# the models and the importers have always found them
+__all__ = ["SCALING_KINDS", "RopeScaling", "parse_rope_scaling", "spelled"]
+__all__ += ["inverse_frequencies", "Rotary", "Alibi", "alibi_slopes"]
 
 
 def inverse_frequencies(
@@ -226,6 +130,14 @@ class Rotary:
         self._views: dict = {}
 
     def set_scaling(self, scaling: RopeScaling | None) -> None:
+        if scaling is not None and scaling.kind == "dynamic" and self.head_width < 4:
+            # its base is raised to d / (d - 2): no power at all for heads of width 2
+            raise MinigptError(
+                "the rope scaling rule {rule} (dynamic NTK) needs heads at least 4 wide, and this model's are "
+                "{width} wide; read it with linear, yarn or llama3 instead",
+                rule=str(scaling),
+                width=self.head_width,
+            )
         if scaling != self.scaling:
             self.scaling, self._tables = scaling, {}
 

@@ -1,6 +1,11 @@
-"""Making a run folder: checked before any expensive work, created (or replaced) whole, its files
-written, the temporary files a killed writer left removed. A failure while creating removes what
-was made, so no half-written run is left behind.
+"""Making a run folder: checked before any expensive work, created (or a run in it replaced) whole,
+its files written, the temporary files a killed writer left removed. A failure while creating
+removes what was made, so no half-written run is left behind, and a run being replaced stays as it
+was until the new one is complete.
+
+A run folder holds what its run writes (layout.py) and nothing else, so `--force` replaces a run
+and nothing more: an output folder holding anything else, or holding, being or lying inside what
+the command reads (the model imported, the run fine-tuned, the training text), is refused.
 """
 
 from __future__ import annotations
@@ -8,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +24,113 @@ from ..io import atomic_folder, atomic_write_text
 from ..model.gpt import MiniGPT
 from ..text.tokenizer import TextTokenizer
 from .checkpoints import model_payload, save_checkpoint
-from .layout import CHECKPOINT_FILE, CONFIG_FILE, EXERCISE_COPIES, ORIGIN_FILE, TOKENIZER_FILE
+from .layout import (
+    BEST_FILE,
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    EXERCISE_COPIES,
+    METRICS_FILE,
+    ORIGIN_FILE,
+    TENSORBOARD_FOLDER,
+    TOKENIZER_FILE,
+)
 from .lock import RunLock
+
+# ---------------------------------------------------------------- what a run folder holds
+
+# What a run writes (layout.py): these files at its top, and in these folders of its own the files
+# whose names match. Anything else is not a run's, and no command removes it.
+RUN_FILES = {CONFIG_FILE, TOKENIZER_FILE, CHECKPOINT_FILE, BEST_FILE, METRICS_FILE, ORIGIN_FILE}
+RUN_FOLDERS = {EXERCISE_COPIES: "*.py", TENSORBOARD_FOLDER: "events.out.tfevents.*"}
+TEMPORARY = ".*.tmp"  # a file being written atomically (io.py), or one a killed writer left
+
+# What `create` writes before the first checkpoint: a folder holding only these (and temporary
+# files) is a run whose creation was cut short, not a run to protect.
+UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE, ORIGIN_FILE}
+
+
+def foreign_entry(run_dir: Path) -> str | None:
+    """The first thing in `run_dir` that no run writes (its name; `exercises/notes.txt` inside one
+    of a run's folders), or None: a folder whose every entry is a run's."""
+    for entry in sorted(Path(run_dir).iterdir()):
+        name = entry.name
+        if name in RUN_FILES and entry.is_file() or fnmatch(name, TEMPORARY) and entry.is_file():
+            continue
+        if name not in RUN_FOLDERS or not entry.is_dir() or entry.is_symlink():
+            return name
+        for inner in sorted(entry.iterdir()):
+            if not (inner.is_file() and (fnmatch(inner.name, RUN_FOLDERS[name]) or fnmatch(inner.name, TEMPORARY))):
+                return f"{name}/{inner.name}"
+    return None
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run: a file a run writes beyond what a creation cut short leaves."""
+    run_dir = Path(run_dir)
+    return run_dir.is_dir() and any(
+        not fnmatch(p.name, TEMPORARY) and p.name not in UNFINISHED_RUN for p in run_dir.iterdir()
+    )
+
+
+def source_relation(out: Path, source: Path) -> str | None:
+    """How the folder `out` stands to a path a command reads: "is" it, "holds" it, "lies inside"
+    it, or None (apart)."""
+    out, source = Path(out).resolve(), Path(source).resolve()
+    if out == source:
+        return "is"
+    if source.is_relative_to(out):
+        return "holds"
+    return "lies inside" if out.is_relative_to(source) else None
+
 
 # ---------------------------------------------------------------- creating a run folder
 
 
-def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
-    """Refuse to overwrite or to resume nothing, and prove the folder can be written, before any
-    expensive work and before anything is written."""
+def check_out(run_dir: Path, force: bool, sources: Sequence[tuple[str, Path]] = (), resume: bool | None = None) -> None:
+    """Refuse an output folder that a new run (or `force`) must not write over, before anything is
+    read or written: a file; the same path as, or a folder holding or inside, a source the command
+    reads (`sources`: (what it is, its path) pairs); a folder holding anything no run writes (named:
+    `force` replaces a run, and nothing else); a run, unless `force`. `resume`: None where the
+    command cannot resume; True keeps the run that is there, so only a file is refused."""
+    run_dir = Path(run_dir)
+    for what, source in () if resume else sources:
+        relation = source_relation(run_dir, source)
+        if relation is not None:
+            raise MinigptError(
+                "run folder {run_dir} {relation} {what} {source}, which this command reads; choose an {out} "
+                "apart from it",
+                run_dir=run_dir,
+                relation=relation,
+                what=what,
+                source=source,
+            )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise MinigptError("run folder {run_dir} is a file; choose another {out}", run_dir=run_dir)
+    if resume or not run_dir.is_dir():
+        return
+    foreign = foreign_entry(run_dir)
+    if foreign is not None:
+        raise MinigptError(
+            "run folder {run_dir} holds {foreign}, which no run writes: it is not a run folder, and {force:on} "
+            "replaces a run and nothing else; choose another {out} (a new or empty folder)",
+            run_dir=run_dir,
+            foreign=foreign,
+        )
+    if holds_run(run_dir) and not force:
+        continues = "" if resume is None else "{resume:on} to continue it, "
+        raise MinigptError(
+            "run folder {run_dir} already holds a run; pass "
+            + continues
+            + "{force:on} to replace it, or another {out}",
+            run_dir=run_dir,
+        )
+
+
+def check_writable(run_dir: Path, resume: bool, force: bool, sources: Sequence[tuple[str, Path]] = ()) -> None:
+    """What `train` checks of its run folder before any expensive work and before anything is
+    written: a resume's checkpoint, `check_out`, and that the folder can be written."""
     try:
-        _check_run_dir(run_dir, resume, force)
+        _check_run_dir(run_dir, resume, force, sources)
     except OSError as exc:  # e.g. a name too long for the file system, a folder under /proc
         raise MinigptError(
             "run folder {run_dir} cannot be used ({reason}); choose another {out}",
@@ -36,32 +139,21 @@ def check_writable(run_dir: Path, resume: bool, force: bool) -> None:
         ) from None
 
 
-# What `create` writes before the first checkpoint: a folder holding only these (and temporary
-# files) is a run whose creation was cut short, not a run to protect.
-UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE, ORIGIN_FILE}
-
-
-def _check_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
-    has_run = run_dir.is_dir() and any(
-        p.name not in UNFINISHED_RUN for p in set(run_dir.iterdir()) - set(_temporaries(run_dir))
-    )
+def _check_run_dir(run_dir: Path, resume: bool, force: bool, sources: Sequence[tuple[str, Path]]) -> None:
     if resume and not (run_dir / CHECKPOINT_FILE).is_file():
         raise MinigptError("{resume:on}: no checkpoint in {run_dir}; train without {resume:on} first", run_dir=run_dir)
-    if has_run and not resume and not force:
-        raise MinigptError(
-            "run folder {run_dir} already holds a run; pass {resume:on} to continue it, {force:on} to "
-            "replace it, or another {out}",
-            run_dir=run_dir,
-        )
-    if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError("run folder {run_dir} is a file; choose another {out}", run_dir=run_dir)
-    probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise MinigptError(
-            "run folder {run_dir} cannot be written ({probe} is not writable); choose another {out}",
-            run_dir=run_dir,
-            probe=probe,
-        )
+    check_out(run_dir, force, sources, resume)
+    # A run is replaced by a rename beside it (create), so its parent must be writable as well.
+    probes = [run_dir] if run_dir.exists() else []
+    if not run_dir.exists() or holds_run(run_dir) and not resume:
+        probes.append(next(p for p in run_dir.parents if p.exists()))
+    for probe in probes:
+        if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+            raise MinigptError(
+                "run folder {run_dir} cannot be written ({probe} is not writable); choose another {out}",
+                run_dir=run_dir,
+                probe=probe,
+            )
 
 
 def restore_missing(run_dir: Path, cfg: Config, tokenizer: TextTokenizer) -> None:
@@ -72,32 +164,63 @@ def restore_missing(run_dir: Path, cfg: Config, tokenizer: TextTokenizer) -> Non
             atomic_write_text(run_dir / name, text())
 
 
-def create(run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, first_checkpoint: dict[str, Any]) -> None:
-    """Make (or, with `force`, replace) the run folder, write what never changes during the run,
-    then the step-0 checkpoint. A failure here (a full disk) removes what it made, so no
-    half-written run is left behind."""
-    created = not run_dir.exists()
-    try:
-        if not created and not (run_dir / CHECKPOINT_FILE).exists():
-            remove_stale_temporaries(run_dir)  # a creation cut short before its first checkpoint
-        if force and not created:
-            shutil.rmtree(run_dir)
-            created = True
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_run_files(run_dir, cfg, tokenizer, first_checkpoint)
-    except OSError as exc:
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise MinigptError(
-            "run folder {run_dir} cannot be written ({reason}); make room there or choose another {out}",
+class RunNotWritten(MinigptError):
+    """A run folder that could not be written (a full disk): a failure, not a refusal, so the
+    command exits 1 as train does when a checkpoint cannot be written. Nothing of the new run is
+    left, and a run it was to replace is as it was."""
+
+    exit_code = 1
+
+    def __init__(self, run_dir: Path, exc: OSError, replacing: bool):
+        super().__init__(
+            "could not write the run folder {run_dir} ({reason}); nothing of the new run was kept{kept}: make room "
+            "(or choose another {out}), then run the command again",
             run_dir=run_dir,
             reason=exc.strerror or exc,
-        ) from None
+            kept=", and the run it was to replace is intact" if replacing else "",
+        )
+
+
+def create(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, first_checkpoint: dict[str, Any]) -> None:
+    """Make the run folder (or replace the run in it: `check_writable` has seen `force`), write
+    what never changes during the run, then the step-0 checkpoint.
+
+    A run is replaced whole: the new folder is written under a temporary name beside it and swapped
+    in once its step-0 checkpoint is there (io.atomic_folder), so a failure here (a full disk) or
+    a kill leaves the old run as it was, never a folder holding neither. Every check that can
+    refuse has run before this (session.py), so nothing is written for a run that would be refused.
+    A folder holding no run (empty, or a creation cut short) is written in place, and what this
+    wrote is removed again on a failure."""
+    replacing = holds_run(run_dir)
+
+    def fill(folder: Path) -> None:
+        write_run_files(folder, cfg, tokenizer, first_checkpoint)
+
+    try:
+        if run_dir.is_dir() and not replacing:
+            remove_stale_temporaries(run_dir)
+            try:
+                fill(run_dir)
+            except OSError:
+                _remove_run_files(run_dir)
+                raise
+        else:
+            atomic_folder(run_dir, fill)
+    except OSError as exc:
+        raise RunNotWritten(run_dir, exc, replacing) from None
+
+
+def _remove_run_files(run_dir: Path) -> None:
+    """What a creation wrote into a folder that held no run (and nothing but a run's files)."""
+    for name in UNFINISHED_RUN | {CHECKPOINT_FILE}:
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / EXERCISE_COPIES, ignore_errors=True)
+    remove_stale_temporaries(run_dir)
 
 
 def _temporaries(run_dir: Path) -> list[Path]:
     """The run folder's temporary files (`.NAME.*.tmp`, see io.py)."""
-    return sorted(Path(run_dir).glob(".*.tmp"))
+    return sorted(Path(run_dir).glob(TEMPORARY))
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
@@ -132,28 +255,16 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, payloa
         atomic_write_text(copy, record["source"])
 
 
-def check_new_run(run_dir: Path, force: bool) -> None:
-    """Refuse an `--out` that is a file, or a folder holding anything unless `force`: what an import
-    checks before reading anything, and `create_model_run` again before writing."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise MinigptError("{out} {run_dir} is a file; choose another {out}", run_dir=run_dir)
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
-        raise MinigptError(
-            "{out} {run_dir} already exists and is not empty; pass {force:on} to replace it, or choose another {out}",
-            run_dir=run_dir,
-        )
-
-
 def create_model_run(
     run_dir: Path, force: bool, cfg: Config, tokenizer: TextTokenizer, payload: dict[str, Any]
 ) -> None:
     """A whole new run folder holding `payload` (an imported model), or nothing at all: it is
     written under a temporary name beside `run_dir` and renamed into place once complete, and
-    with `force` the folder it replaces is removed only then. A folder that holds anything is
-    refused without `force`; a train writing it (its lock is held) is refused even with it."""
+    with `force` the run it replaces is removed only then. `check_out` refuses what is not a run
+    to replace; a train writing it (its lock is held) is refused even with `force`."""
     run_dir = Path(run_dir)
-    check_new_run(run_dir, force)
+    check_out(run_dir, force)
+    replacing = holds_run(run_dir)
     made = [p for p in run_dir.parents if not p.exists()][-1:]  # the outermost folder this call makes
     lock = RunLock(run_dir)
     try:
@@ -167,10 +278,5 @@ def create_model_run(
         for folder in made:
             shutil.rmtree(folder, ignore_errors=True)
         if isinstance(exc, OSError):
-            reason = exc.strerror or exc
-            raise MinigptError(
-                "run folder {run_dir} cannot be written ({reason}); make room there or choose another {out}",
-                run_dir=run_dir,
-                reason=reason,
-            ) from None
+            raise RunNotWritten(run_dir, exc, replacing) from None
         raise

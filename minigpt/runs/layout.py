@@ -9,6 +9,7 @@
     run/origin.json      where the starting weights came from (an import, a fine-tune's source)
     run/exercises/NAME.py  the learner's file a model of an exercise was trained with (a copy; the
                          checkpoint records its path and sha256, and every reading checks that file)
+    run/tensorboard/     TensorBoard's event files, with `[train] tensorboard = true`
 
 Every file is written atomically (io.py).
 """
@@ -22,5 +23,6 @@ BEST_FILE = "best.pt"  # the weights at the best validation loss so far (weights
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}
 METRICS_FILE = "metrics.jsonl"
 EXERCISE_COPIES = "exercises"  # run/exercises/NAME.py: the learner's file, as the run was trained with it
+TENSORBOARD_FOLDER = "tensorboard"  # run/tensorboard/events.out.tfevents.*, with [train] tensorboard = true
 ORIGIN_FILE = "origin.json"  # where a run's starting weights came from (a fine-tune's source), when not fresh
 FORMAT_VERSION = 1

@@ -43,7 +43,7 @@ from torch import Tensor
 from ..config import SampleConfig
 from ..model.cache import KVCache
 from ..model.fold import fold_norms, unfoldable
-from ..model.gpt import MiniGPT, check_token_ids
+from ..model.gpt import ContextTooLongError, MiniGPT, check_token_ids
 from ..model.hooks import hooked
 from . import decoding
 
@@ -234,6 +234,7 @@ def generate(
         "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a larger [model] context",
     )
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
+    _check_sliding_window(model, prompt.shape[1], settings)
     return Generation(
         model,
         prompt.contiguous(),
@@ -243,6 +244,31 @@ def generate(
         fast_path,
         writable=writable if writable is not None and writable < model.vocab_size else None,
     )
+
+
+def _check_sliding_window(model: MiniGPT, prompt_length: int, s: SampleConfig) -> None:
+    """Refuse, before any token is drawn, a sample whose text would grow past the model's sliding
+    window ([model] sliding_window): the forward pass would refuse it there, partway through. The
+    longest text read is the prompt and every new token but the last, at most the window the
+    sampler slides (`model.window`: None when read past the trained length, --extrapolate)."""
+    window = model.cfg.sliding_window
+    longest = prompt_length + s.max_new_tokens - 1
+    if model.window is not None:
+        longest = min(longest, model.window if s.slide else model.window - 1)
+    if window and longest > window:
+        # without --extrapolate the sampler reads at most the trained length (sliding, or stopping, there)
+        within = model.window is None and model.context <= window
+        raise ContextTooLongError(
+            "{max_new_tokens} {given} after a prompt of {length} tokens reads texts of up to {longest} tokens, but "
+            "this model attends within a sliding window of {window} ([model] sliding_window = {window}): past it "
+            "each position reads only the last {window} keys, which minigpt does not compute; so ask for at most "
+            "{most} new tokens, or shorten the prompt" + (", or drop {extrapolate:on}" if within else ""),
+            given=s.max_new_tokens,
+            length=prompt_length,
+            longest=longest,
+            window=window,
+            most=window - prompt_length + 1,
+        )
 
 
 # ----------------------------------------------------------------------------------------------

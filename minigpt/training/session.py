@@ -23,13 +23,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import memory
 from ..config import Config
-from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
+from ..device import autocast, check_dtype, default_threads, pick_device, pick_precision, use_threads
 from ..errors import MinigptError
 from ..model import lora
 from ..model.gpt import MiniGPT, Parts, check_context
@@ -269,13 +270,13 @@ def _open(
         def check_and_prepare() -> Session:
             if run_dir.parent.is_dir():
                 lock.acquire()
-            folder.check_writable(run_dir, resume, force)
+            folder.check_writable(run_dir, resume, force, read_sources(cfg))
             return _prepare(cfg, resume, preparing, progress, world)
 
         session = distributed.agree(world, check_and_prepare if world.is_main else lambda: None)
         if world.distributed:
             session = _join(session, cfg, resume, world)
-        distributed.agree(world, lambda: _open_folder(session, lock, force) if world.is_main else None)
+        distributed.agree(world, lambda: _open_folder(session, lock) if world.is_main else None)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -353,7 +354,7 @@ def _prepare(
     # unchanged), before the text is prepared.
     parts = exercises.training_parts(cfg, payload)
 
-    notes: list[str] = []
+    notes: list[str] = [] if parts is None else [exercises.learner_note(parts)]  # which learner's file runs
     with preparing(f"preparing {sources.describe(tc.data)} (tokenizer and token ids) ..."):
         corpus = load_corpus(
             cfg, on_status=notes.append, tokenizer=tokenizer, **({"progress": progress} if progress else {})
@@ -424,10 +425,43 @@ def _build_checked(
             session.threads = threads.choose(session.model, session.val_windows[0], session.precision, cores)
         else:
             session.threads = cores
+    # A learner's module, first: at the run's batch, forward and backward, said as its file's fault.
+    exercises.try_training_batch(session.model, session.val_windows, cfg.train.batch_size, session.precision)
+    check_first_pass(session)
     return session
 
 
-def _open_folder(session: Session, lock: RunLock, force: bool) -> None:
+def check_first_pass(session: Session) -> None:
+    """One forward pass of the widest validation row, as the first step and evaluation will make,
+    before anything is written: what a model refuses (or fails at) only when it runs, such as a row
+    longer than its sliding window or a rope scaling it cannot compute, stops the run here, with its
+    folder untouched, not after a step-0 checkpoint has replaced the run that was there. In eval
+    mode, without gradients and with the RNG states put back, so the run computes what it would have."""
+    x, y = max(session.val_windows, key=lambda batch: batch[0].shape[1])
+    model = session.model
+    training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []), torch.no_grad():
+            with autocast(session.device, session.precision):
+                model(x[:1], y[:1])
+    finally:
+        model.train(training)
+
+
+def read_sources(cfg: Config) -> list[tuple[str, Path]]:
+    """What a new run reads, which its folder must neither be, hold nor lie inside: the run it
+    fine-tunes, its training text (files and folders), the learner's file of its exercise."""
+    tc = cfg.train
+    found = [("the run it starts from", Path(tc.init_from))] if tc.init_from else []
+    if tc.task == "none":
+        found += [("the training data", Path(path)) for path in sources.entries(tc.data)]
+    if cfg.model.exercise and tc.exercise_file:
+        found.append(("the exercise's file", Path(tc.exercise_file)))
+    return found
+
+
+def _open_folder(session: Session, lock: RunLock) -> None:
     """Everything is validated: only now is the run folder created (or replaced), with the step-0
     checkpoint, or a resumed one cleared of a killed run's half-written files."""
     run_dir = session.cfg.run_dir
@@ -438,7 +472,7 @@ def _open_folder(session: Session, lock: RunLock, force: bool) -> None:
     if lock.fd is None:  # the parent did not exist: create() makes it, then the lock is taken
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-    folder.create(run_dir, force, session.cfg, session.corpus.tokenizer, session.checkpoint(0))
+    folder.create(run_dir, session.cfg, session.corpus.tokenizer, session.checkpoint(0))
 
 
 def check_memory(cfg: Config, vocab_size: int, device: str) -> None:

@@ -73,8 +73,19 @@ def starting_point(cfg: Config, resume: bool) -> Start:
         start.cfg = fine_tune_config(cfg, source.model_config, settings)
         start.tokenizer = source.tokenizer
     if start.payload is not None:
-        identity.check_model_matches(start.cfg, start.payload, run_dir)
+        try:
+            identity.check_model_matches(start.cfg, start.payload, run_dir)
+        except MinigptError as refusal:  # said as train takes a run: by its config.toml (train has no --run)
+            raise MinigptError(RESUMED_ANOTHER_MODEL, **refusal.values) from None
     return start
+
+
+# check_model_matches' refusal (its values: run_dir, source, join, value) with what train takes to resume
+RESUMED_ANOTHER_MODEL = (
+    "{resume:on} {run_dir}: its checkpoint was trained with another [model] section than {source} ({join} "
+    "(config != checkpoint)); resume with the config it was trained with, saved in the run folder: {config} {value} "
+    "{resume:on} (without {set} values for [model]), or train a new run with another {out}"
+)
 
 
 def fine_tune_config(cfg: Config, model: ModelConfig, tokenizer: TokenizerConfig) -> Config:

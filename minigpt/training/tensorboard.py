@@ -15,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import MinigptError
+from ..runs.layout import TENSORBOARD_FOLDER
 from .events import EvalDone, Listener, StepDone, logged
 
 EXTRA = 'pip install "minigpt[tensorboard]"  (or: pip install tensorboard)'
-FOLDER = "tensorboard"
+FOLDER = TENSORBOARD_FOLDER
 
 
 def require() -> None:

@@ -59,8 +59,10 @@ class Report:
         return len(self.results) + self.not_run
 
 
-def check_file(learner: LearnerFile) -> Report:
-    """Every check of the learner's file, in order."""
+def check_file(learner: LearnerFile, before_each: Callable[[str], None] | None = None) -> Report:
+    """Every check of the learner's file, in order, in this process: what its code does, this process
+    does (exercises/isolated.py checks a file in a child process, as the commands do).
+    `before_each(says)` is told of each check before it runs."""
     results: list[Result] = []
     probe = Probe(learner)
     threads = torch.get_num_threads()
@@ -70,17 +72,18 @@ def check_file(learner: LearnerFile) -> Report:
     try:
         with torch.random.fork_rng(devices=[]):  # a learner's random init must not move the caller's stream
             torch.manual_seed(0)
-            not_run = _run(SUITES[learner.exercise](probe), results)
+            not_run = _run(SUITES[learner.exercise](probe), results, before_each or (lambda says: None))
     finally:
         torch.set_num_threads(threads)
     return Report(learner.exercise, learner.path, learner.sha256, results, not_run)
 
 
-def _run(groups: list[Group], results: list[Result]) -> int:
+def _run(groups: list[Group], results: list[Result], before_each: Callable[[str], None]) -> int:
     """Each group's checks in order, their results appended; returns how many were not run."""
     not_run = 0
     for group in groups:
         for index, check in enumerate(group.checks):
+            before_each(check.says)
             try:
                 mistake = check.run()
             except Stop as stop:
