@@ -9,19 +9,24 @@ The shapes are those of real checkpoints (SmolLM2-135M, Qwen2.5-0.5B, Llama-3.2-
 SmolLM2's in miniature (2 blocks of width 48, 6 query heads and 2 key/value heads, 320 ids: a folder
 written and imported in seconds, as docs/guide/llama.md does); the weights are random, so what the
 model says is noise, but every number minigpt computes from it is the number transformers computes.
-The tokenizer is a byte-level BPE fitted to the shipped Tiny Shakespeare, padded with unreachable
-entries to the shape's vocabulary size. Needs the transformers extra
-(pip install -e ".[export]": transformers 5 or newer, and safetensors).
+The tokenizer is fitted to the shipped Tiny Shakespeare in the shape of the family's own
+(shaped_tokenizer: SmolLM's byte-level BPE for tiny and SmolLM2, Qwen2's, Llama 3's), padded with
+unreachable entries to the shape's vocabulary size. shaped_tokenizer is also what the tests build
+every family's tokenizer with (Llama 2's and Mistral's SentencePiece-style ones too): one builder,
+here, since minigpt itself only reads tokenizers. Needs the transformers extra (pip install -e
+".[export]": transformers 5 or newer, and safetensors).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "data" / "tinyshakespeare.txt"
@@ -66,6 +71,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         tie=True,
         rope_theta=1000000.0,
         eps=1e-6,
+        tokenizer="qwen2",
     ),
     "llama-3.2-1b": dict(
         family="llama",
@@ -87,43 +93,171 @@ SHAPES: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 8192,
         },
         eps=1e-5,
+        tokenizer="llama3",
     ),
 }
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-BOS = "<|begin_of_text|>"
+TOKENIZER_SHAPES = ("llama3", "qwen2", "smollm", "llama2", "mistral")
+# Llama 3's and Qwen2's pre-tokenizer regexes: they differ in numbers (up to three digits, or one)
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    + r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
-def tokenizer_json(vocab: int, bos: bool = False) -> str:
-    """A byte-level BPE fitted to the shipped text with exactly `vocab` ids: the special tokens,
-    the merges it finds, then unreachable filler entries (a real tokenizer's ids for other text).
-    `bos`: a post-processor that starts every encoding with <|begin_of_text|>, as Llama 3's does."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def shaped_tokenizer(shape: str, lines: Iterable[str], vocab_size: int, bos: bool | None = None) -> tuple[str, dict]:
+    """A tokenizer in the shape of a real family's, fitted to `lines`, and the tokenizer_config.json
+    that comes with it: (tokenizer.json's text, the config). For folders built without downloading
+    one (make_folder, the tests); what is fitted is small, the pipeline is the family's.
 
-    specials = SPECIALS + ([BOS] if bos else [])
+    - "llama3": byte-level BPE behind Llama 3's regex; <|begin_of_text|>, <|end_of_text|>, <|eot_id|>
+      added after the merges; a template puts <|begin_of_text|> first (`bos`, default true).
+    - "qwen2": NFC, Qwen2's regex (digits one by one), byte-level BPE; <|endoftext|>, <|im_start|>,
+      <|im_end|> added after the merges; no BOS (`bos` default false); Qwen2Tokenizer's config.
+    - "smollm": digits one by one, then GPT-2's byte-level pre-tokenizer; <|endoftext|>, <|im_start|>,
+      <|im_end|> are ids 0, 1, 2; no BOS (default false); GPT2Tokenizer's config.
+    - "llama2": SentencePiece-style BPE as Llama 2 and TinyLlama ship it: <unk>, <s>, </s>, then the
+      256 byte tokens <0x00> .. <0xFF>, then the merges; a "▁" before the text and for every space (a
+      normalizer), ByteFallback; <s> first (`bos`, default true) by the template and add_bos_token.
+    - "mistral": as "llama2", with a Metaspace pre-tokenizer (prefix "▁" on the first word only).
+
+    The tokenizer has exactly `vocab_size` ids, its special and byte tokens counted: where the
+    fitting finds fewer merges, the rest are <filler_N> entries no text encodes to (as a real
+    tokenizer's ids for text it was not fitted to)."""
+    if shape not in TOKENIZER_SHAPES:
+        raise ValueError(f"shape {shape!r} is not one of {', '.join(TOKENIZER_SHAPES)}")
+    lines = list(lines)
+    if shape in ("llama2", "mistral"):
+        bos = True if bos is None else bos
+        fit = Tokenizer(models.BPE())
+        fit.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        fit.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never", split=True)  # no merge across words
+        specials = ["<unk>", "<s>", "</s>"]
+        trainer = trainers.BpeTrainer(vocab_size=max(vocab_size - 256 - len(specials), 1), show_progress=False)
+        fit.train_from_iterator(lines, trainer)
+        fitted = json.loads(fit.to_str())["model"]
+        vocab = {s: i for i, s in enumerate(specials)}
+        vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
+        for piece in sorted(fitted["vocab"], key=fitted["vocab"].get):
+            vocab.setdefault(piece, len(vocab))
+        _fill(vocab, vocab_size)
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in fitted["merges"]]
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+        if shape == "mistral":
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first", split=False)
+        else:
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+        if bos:
+            tok.post_processor = processors.TemplateProcessing(
+                single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+            )
+        config = {
+            "add_bos_token": bos,
+            "add_eos_token": False,
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": None,
+            "legacy": False,
+            "clean_up_tokenization_spaces": False,
+            "tokenizer_class": "LlamaTokenizer",
+            "model_max_length": 2048,
+        }
+        return tok.to_str(), config
+
+    specials = {
+        "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"],
+        "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "smollm": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    }[shape]
+    bos = (shape == "llama3") if bos is None else bos
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if shape == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    if shape == "smollm":
+        steps = [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    else:
+        regex = LLAMA3_REGEX if shape == "llama3" else QWEN2_REGEX
+        steps = [
+            pre_tokenizers.Split(Regex(regex), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tok.decoder = decoders.ByteLevel()
+    first = specials if shape == "smollm" else []  # SmolLM's are ids 0, 1, 2; the others' follow the merges
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        special_tokens=specials,
+        vocab_size=vocab_size - (0 if first else len(specials)),
+        special_tokens=first,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train([str(CORPUS)], trainer)
-    if bos:
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
-        )
+    tok.train_from_iterator(lines, trainer)
     spec = json.loads(tok.to_str())
-    table = spec["model"]["vocab"]
-    if len(table) + sum(t["content"] not in table for t in spec["added_tokens"]) > vocab:
-        raise SystemExit(f"a vocabulary of {vocab} ids is smaller than the tokenizer's own {len(table)}")
-    filler = 0
-    while len(table) < vocab:  # ids no merge reaches: the rows exist, as in a real model's table
-        table[f"<filler_{filler}>"] = len(table)
-        filler += 1
-    return json.dumps(spec, ensure_ascii=False)
+    _fill(spec["model"]["vocab"], vocab_size - (0 if first else len(specials)))
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    begin = specials[0]
+    template = [processors.ByteLevel(trim_offsets=False)]
+    if bos:
+        template.append(
+            processors.TemplateProcessing(
+                single=f"{begin} $A", pair=f"{begin} $A {begin} $B", special_tokens=[(begin, tok.token_to_id(begin))]
+            )
+        )
+    tok.post_processor = processors.Sequence(template)
+    config = {
+        "llama3": {
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|end_of_text|>",
+            "clean_up_tokenization_spaces": True,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": 131072,
+        },
+        "qwen2": {
+            "bos_token": None,
+            "eos_token": "<|endoftext|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "add_prefix_space": False,
+            "errors": "replace",
+            "split_special_tokens": False,
+            "clean_up_tokenization_spaces": False,
+            "tokenizer_class": "Qwen2Tokenizer",
+            "model_max_length": 32768,
+        },
+        "smollm": {
+            "bos_token": "<|endoftext|>",
+            "eos_token": "<|endoftext|>",
+            "unk_token": "<|endoftext|>",
+            "add_prefix_space": False,
+            "clean_up_tokenization_spaces": False,
+            "tokenizer_class": "GPT2Tokenizer",
+            "model_max_length": 8192,
+        },
+    }[shape]
+    if bos:
+        config["bos_token"] = begin
+    return tok.to_str(), config
+
+
+def _fill(vocab: dict[str, int], size: int) -> None:
+    """`vocab` made `size` entries long with <filler_N> entries, which no merge reaches."""
+    if len(vocab) > size:
+        raise ValueError(f"{size} ids are fewer than the shape's own {len(vocab)} (its special and byte tokens)")
+    n = 0
+    while len(vocab) < size:
+        vocab.setdefault(f"<filler_{n}>", len(vocab))
+        n += 1
+
+
+def folder_tokenizer(shape: str, vocab: int, bos: bool | None = None) -> tuple[str, dict]:
+    """shaped_tokenizer fitted to the shipped Tiny Shakespeare: what make_folder writes."""
+    return shaped_tokenizer(shape, CORPUS.read_text(encoding="utf-8").splitlines(keepends=True), vocab, bos)
 
 
 def make_folder(
@@ -150,19 +284,24 @@ def make_folder(
     seed: int = 0,
     shards: int = 1,
     std: float | None = None,
-    bos: bool = False,
+    tokenizer: str = "smollm",
+    bos: bool | None = None,
 ) -> Path:
     """A `family` (llama, mistral, qwen2) folder at `path` with random weights: N(0, std) for every
     matrix (std: transformers' 0.02 unless given; tests pass a larger one so that the model's
     outputs are far from uniform), gains 1 + N(0, std), biases N(0, std). `rope_scaling`: a dict as
     transformers' rope_parameters takes it (rope_type, factor, ...). `config_shape`: "v5" writes
     transformers 5's rope_parameters, "legacy" the older rope_theta + rope_scaling pair. `shards`:
-    the weights split into that many files with an index."""
+    the weights split into that many files with an index. `tokenizer`: the family whose tokenizer's
+    shape folder_tokenizer gives it (smollm, llama3, qwen2, llama2, mistral), `bos` whether it puts a
+    BOS first (None: as that family does); config.json's token ids are that tokenizer's."""
     import transformers
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rope = {"rope_type": "default", "rope_theta": rope_theta, **(rope_scaling or {})}
+    tokenizer_json, tokenizer_config = folder_tokenizer(tokenizer, vocab, bos)
+    special = {token["content"]: token["id"] for token in json.loads(tokenizer_json)["added_tokens"]}
     common = dict(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -174,8 +313,8 @@ def make_folder(
         rms_norm_eps=eps,
         tie_word_embeddings=tie,
         rope_parameters=rope,
-        bos_token_id=len(SPECIALS) if bos else 0,  # the ids tokenizer_json gives them
-        eos_token_id=0,
+        bos_token_id=special.get(tokenizer_config["bos_token"]),
+        eos_token_id=special[tokenizer_config["eos_token"]],
     )
     if head_dim is not None:
         common["head_dim"] = head_dim
@@ -211,15 +350,8 @@ def make_folder(
         kind = parameters.pop("rope_type", "default")
         written["rope_scaling"] = None if kind == "default" else {"type": kind, **parameters}
         (path / "config.json").write_text(json.dumps(written, indent=2))
-    (path / "tokenizer.json").write_text(tokenizer_json(vocab, bos), encoding="utf-8")
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": max_pos,
-        "bos_token": BOS if bos else SPECIALS[0],
-        "eos_token": SPECIALS[0],
-        "add_bos_token": bos,
-        "clean_up_tokenization_spaces": False,
-    }
+    (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+    tokenizer_config = {**tokenizer_config, "model_max_length": max_pos}
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     return path
 

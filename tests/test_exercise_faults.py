@@ -162,6 +162,13 @@ AT_THE_RUNS_BATCH = {
         "minigpt: error: exercises/ffn.py tried to end the program at line {line} (SystemExit: 0) while the model "
         f"ran it: {ENDS}",
     ),
+    # os._exit cannot be caught, and in this process, where the model runs, it ends nothing either
+    "an os._exit": (
+        f"if x.shape[0] >= 4:\n    import os\n    os._exit(0)\n{RETURN}",
+        1,
+        "minigpt: error: exercises/ffn.py tried to end the program at line {line} (os._exit(0)) while the model "
+        f"ran it: {ENDS}",
+    ),
     "a NaN": (
         f"{OUT}\nreturn out * float('nan') if x.shape[0] >= 4 else out",
         2,
@@ -177,7 +184,7 @@ def test_a_module_failing_only_at_the_runs_batch_is_said_before_anything_is_writ
     body, code, expected = AT_THE_RUNS_BATCH[fault]
     path = write_learner(here, ffn_returning(body))
     before = files_under(here)
-    line = line_of(path, "sys.exit") if "sys.exit" in body else None
+    line = next((line_of(path, call) for call in ("sys.exit", "os._exit") if call in body), None)
     assert one_line(_train(cli), code) == expected.replace("{line}", str(line))
     assert files_under(here) == before
 
@@ -192,16 +199,17 @@ def test_a_divergence_of_a_model_with_a_learners_module_points_at_its_file_first
     assert first in line and then in line and line.index(first) < line.index(then)
 
 
-def test_a_module_that_exits_while_a_reading_runs_it_is_the_files_fault(cli, here, monkeypatch):
-    exits = f"import os, sys\nif os.environ.get('LEARNER_EXITS'):\n    sys.exit(0)\n{RETURN}"
+@pytest.mark.parametrize("ending, said", [("sys.exit(0)", "SystemExit: 0"), ("os._exit(0)", "os._exit(0)")])
+def test_a_module_that_exits_while_a_reading_runs_it_is_the_files_fault(cli, here, monkeypatch, ending, said):
+    exits = f"import os, sys\nif os.environ.get('LEARNER_EXITS'):\n    {ending}\n{RETURN}"
     path = write_learner(here, ffn_returning(exits))
     assert _train(cli).exit_code == 0
     monkeypatch.setenv("LEARNER_EXITS", "1")
     sampled = cli("sample", "--run", "run", "-n", "3")
     assert sampled.exit_code == 1
     assert sampled.stderr.splitlines()[-1] == (
-        f"minigpt: error: exercises/ffn.py tried to end the program at line {line_of(path, 'sys.exit')} "
-        f"(SystemExit: 0) while the model ran it: {ENDS}"
+        f"minigpt: error: exercises/ffn.py tried to end the program at line {line_of(path, ending)} "
+        f"({said}) while the model ran it: {ENDS}"
     )
 
 
@@ -215,10 +223,11 @@ def test_the_python_api_checks_in_a_child_process_too(here):
     assert exercises.check("ffn", seconds=10).passed
 
 
-def test_a_time_limit_that_is_not_a_number_of_seconds_is_refused(cli, here, monkeypatch):
+@pytest.mark.parametrize("given", ["soon", "0", "-1", "nan", "inf", "1e12", "86401"])
+def test_a_time_limit_that_is_not_a_number_of_seconds_is_refused(cli, here, monkeypatch, given):
     write_learner(here, solution("ffn"))
-    monkeypatch.setenv("MINIGPT_CHECK_SECONDS", "soon")
+    monkeypatch.setenv("MINIGPT_CHECK_SECONDS", given)
     assert one_line(cli("exercise", "check", "ffn"), 2) == (
-        "minigpt: error: MINIGPT_CHECK_SECONDS=soon is not a number of seconds; give a positive number (the default "
-        "is 30)"
+        f"minigpt: error: MINIGPT_CHECK_SECONDS={given} is not a number of seconds from 0 to 86400 (a day); give one "
+        "(the default is 30)"
     )

@@ -72,9 +72,9 @@ def test_a_shared_run_folder_carrying_its_own_module_runs_nothing_until_trusted(
     assert refused.stdout == ""
     assert refused.stderr.splitlines() == [
         "minigpt: error: the run shared records its learner's file as shared/exercises/ffn.py, a relative path, "
-        "found from wherever the run is read: reading the run would run that file's code, and a run runs without "
-        "asking only the learner's own file, at the absolute path it was trained with; read the file, and to run "
-        "it, pass --trust-exercise"
+        "found from wherever the run is read: reading the run would run that code, and a run runs without asking "
+        "only the learner's own file, at the absolute path it was trained with; the file that would run is "
+        "shared/exercises/ffn.py: read it, and to run it, pass --trust-exercise"
     ]
     assert files_under(here) == before  # no mark: nothing of it ran, nothing was written
 
@@ -112,10 +112,10 @@ def test_a_file_inside_the_run_folder_is_refused_though_its_path_is_absolute(cli
     refused = cli("sample", "--run", "copied", "-n", "3")
     assert refused.exit_code == 2
     assert refused.stderr.splitlines() == [
-        "minigpt: error: the run copied records its learner's file as copied/exercises/ffn.py, inside the run "
+        "minigpt: error: the run copied records its learner's file as copied/exercises/ffn.py, inside a run "
         "folder: a folder handed to you can carry code of its own, and reading the run would run it; a run runs "
-        "without asking only the learner's own file, outside the run folder; read the file, and to run it, "
-        "pass --trust-exercise"
+        "without asking only the learner's own file, outside run folders; the file that would run is "
+        "copied/exercises/ffn.py: read it, and to run it, pass --trust-exercise"
     ]
     assert files_under(here) == before
     trusted = cli("sample", "--run", "copied", "-n", "3", "--trust-exercise")
@@ -181,3 +181,71 @@ def test_exercise_list_imports_none_of_the_files_and_check_imports_only_its_own(
     assert checked.exit_code == 0, checked.output
     assert (here / "exercises" / "ffn.imported").exists()
     assert not (here / "exercises" / "rmsnorm.imported").exists()
+
+
+@pytest.mark.parametrize("through", ["/proc/self/cwd", "a link"])
+def test_a_recorded_path_that_leads_elsewhere_is_refused_and_the_refusal_names_the_file_that_would_run(
+    cli, here, learners_run, through
+):
+    """An absolute path outside the run folder with the right sha256 is not enough: /proc/self/cwd/...
+    or a link leads wherever the reader stands, into a folder handed over with the run. Your own file
+    of the same name, where a relative path would find it, is not the one the refusal names: the
+    flag would run the handed folder's."""
+    handed = here / "handed"
+    shutil.copytree(learners_run, handed)
+    evil = write_learner(here / "evil", MARKS_ITS_IMPORT + solution("ffn") + "# from elsewhere\n")
+    if through == "a link":
+        (here / "link").symlink_to(here / "evil")
+        recorded = str(here / "link" / "exercises" / "ffn.py")
+    else:
+        recorded = "/proc/self/cwd/evil/exercises/ffn.py"
+    record_learner_file(handed, recorded, evil)
+    write_learner(here, solution("ffn") + "# mine\n")  # the reader's own exercises/ffn.py
+    before = files_under(here)
+    line = cli("sample", "--run", "handed", "-n", "3").stderr.strip()
+    assert line.startswith(f"minigpt: error: the run handed records its learner's file as {recorded}, which leads to ")
+    # named as the file it really is, found from here
+    assert line.endswith(
+        "the file that would run is evil/exercises/ffn.py: read it, and to run it, pass --trust-exercise"
+    )
+    assert files_under(here) == before  # nothing ran
+
+
+def test_training_with_a_learners_file_inside_a_run_folder_runs_it_only_when_trusted(cli, here, learners_run):
+    """A handed-over run's config.toml can name the file it carries (a relative exercise_file is found
+    from the config's folder): training with that config, or resuming with it, would run that code."""
+    handed = here / "handed"
+    shutil.copytree(learners_run, handed)
+    write_learner(handed, MARKS_ITS_IMPORT + solution("ffn") + "# shipped with the run\n")
+    config = handed / "config.toml"
+    lines = config.read_text(encoding="utf-8").splitlines()
+    config.write_text(
+        "\n".join('exercise_file = "exercises/ffn.py"' if line.startswith("exercise_file") else line for line in lines)
+        + "\n",
+        encoding="utf-8",
+    )
+    before = files_under(here)
+    for out in (["--out", "new", "--steps", "2"], ["--out", "handed", "--resume"]):
+        line = cli("train", "-c", config, *out, "--quiet").stderr.strip()
+        assert line == (
+            "minigpt: error: the learner's file handed/exercises/ffn.py lies inside the run folder handed: a run "
+            "folder handed to you can carry code of its own (its config.toml may name it), and training with the file "
+            "would run it; train with your own file (--exercise-file FILE), or read this one and, to run it, pass "
+            "--trust-exercise"
+        ), line
+    assert files_under(here) == before  # no mark: nothing of it ran
+    trusted = cli("train", "-c", config, "--out", "new", "--steps", "2", "--quiet", "--trust-exercise")
+    assert trusted.exit_code == 0, trusted.output
+    assert (handed / "exercises" / "ffn.imported").exists()
+
+
+def test_a_fine_tune_that_finds_no_learners_file_says_its_model_holds_one(cli, here, learners_run):
+    elsewhere = here / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "tiny.txt").write_text((here / "tiny.txt").read_text())
+    line = cli("train", "--init-from", learners_run, "--data", elsewhere / "tiny.txt", "--out", elsewhere / "tuned")
+    assert line.exit_code == 2
+    assert line.stderr.strip().startswith(
+        f"minigpt: error: the run {learners_run} this fine-tunes was trained with exercise ffn, and its model holds "
+        "the learner's module, so the fine-tune trains with the learner's file exercises/ffn.py, which is not there"
+    )

@@ -272,9 +272,9 @@ def test_the_starters_are_package_data():
 def test_a_model_with_the_learners_module_records_and_samples_what_minigpts_own_does(name):
     """The same weights in minigpt's model and in one built with the learner's (correct) module: every
     recorded stage, the logits and greedy samples with and without the KV cache agree."""
-    from minigpt.config import ModelConfig, _exercise, load_config
+    from minigpt.config import ModelConfig, load_config, with_exercise
 
-    cfg = _exercise(replace(load_config(None), model=replace(ModelConfig(), exercise=name))).model
+    cfg = with_exercise(replace(load_config(None), model=replace(ModelConfig(), exercise=name))).model
     cfg = replace(cfg, n_layer=2, n_head=2, n_embd=8, ffn_hidden=12, context=8, dtype="float64")
     torch.manual_seed(0)
     mine = MiniGPT(cfg, 11, parts_of(read_learner(name, SOLUTIONS / f"{name}.py"))).eval()

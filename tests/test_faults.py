@@ -365,17 +365,29 @@ def test_a_copy_of_the_sigterm_that_stopped_training_is_ignored_however_late(tin
 
 
 def test_a_run_folder_cut_short_before_its_first_checkpoint_is_made_again(cli, tiny_config, tmp_path):
-    """Killed between writing config.toml / tokenizer.json and the step-0 checkpoint: not a run to
-    protect (no --force needed), and nothing to resume."""
+    """Killed while writing an empty folder's files (config.toml, tokenizer.json, then the step-0
+    checkpoint), which are written in a temporary folder inside it and moved into place with the
+    checkpoint last: what a kill leaves is that temporary folder alone, not a run to protect (no
+    --force needed), and nothing to resume. A config.toml with no checkpoint beside it is never a
+    cut-short run's, so it is the user's own: refused, with or without --force."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.toml").write_text("# cut short\n")
-    (run / "tokenizer.json").write_text("{}")
-    (run / ".checkpoint.pt.x1y2.tmp").write_bytes(b"half")
+    cut_short = run / ".run.x1y2.tmp"
+    cut_short.mkdir()
+    (cut_short / "config.toml").write_text("# cut short\n")
+    (cut_short / "tokenizer.json").write_text("{}")
+    (cut_short / ".checkpoint.pt.x1y2.tmp").write_bytes(b"half")
     assert "no checkpoint in" in one_line(cli("train", "-c", tiny_config, "--out", run, "--resume"), 2)
     result = cli("train", "-c", tiny_config, "--out", run, "--quiet")
     assert result.exit_code == 0, result.output
     assert {p.name for p in run.iterdir()} == RUN_FILES and step_of(run) == 20
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.toml").write_text("# my own\n")
+    for force in ([], ["--force"]):
+        line = one_line(cli("train", "-c", tiny_config, "--out", mine, *force), 2)
+        assert f"run folder {mine} holds config.toml and no checkpoint.pt, so no run" in line
+    assert [p.name for p in mine.iterdir()] == ["config.toml"] and (mine / "config.toml").read_text() == "# my own\n"
 
 
 def test_resume_writes_back_a_deleted_tokenizer_and_config(cli, tiny_config, tmp_path):

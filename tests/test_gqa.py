@@ -465,12 +465,12 @@ def test_a_learner_s_module_gets_the_bias_its_part_has(name, biases):
     the model holds the tensors minigpt's own would (one state dict loads into the other)."""
     from dataclasses import replace
 
-    from minigpt.config import _exercise, load_config
+    from minigpt.config import load_config, with_exercise
     from minigpt.exercises.learner import read_learner
     from minigpt.exercises.plug import parts_of
 
     solutions = Path(__file__).parent / "data" / "exercises"
-    cfg = _exercise(replace(load_config(None), model=replace(ModelConfig(), exercise=name))).model
+    cfg = with_exercise(replace(load_config(None), model=replace(ModelConfig(), exercise=name))).model
     cfg = replace(cfg, n_layer=1, n_head=2, n_embd=8, ffn_hidden=12, context=8, bias=False, **biases)
     mine = MiniGPT(cfg, 11, parts_of(read_learner(name, solutions / f"{name}.py")))
     own = MiniGPT(replace(cfg, exercise="none"), 11)

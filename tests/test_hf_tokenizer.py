@@ -2,7 +2,8 @@
 tokenizer_config.json read so that minigpt's ids are transformers' AutoTokenizer's, and its text is
 transformers' decode, on a multilingual text; the BOS as the folder says, kept through the run
 folder's tokenizer.json; streaming decode as `sample` does it; refusals in one line. The tokenizers
-are fitted here in each family's shape (shaped_tokenizer): nothing is downloaded."""
+are fitted here in each family's shape (scripts/random_hf_folder.py's shaped_tokenizer): nothing is
+downloaded."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from pathlib import Path
 
 import pytest
 from conftest import lazy_module
+from hf_folders import random_hf_folder
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from minigpt.errors import MinigptError
-from minigpt.interchange.hf_tokenizer import read_folder_tokenizer, shaped_tokenizer
+from minigpt.interchange.hf_tokenizer import read_folder_tokenizer
 from minigpt.sampling.generate import CompletionText
 from minigpt.text.tokenizer import TextTokenizer, train_tokenizer
 
 transformers = lazy_module("transformers")
+shaped_tokenizer = random_hf_folder().shaped_tokenizer  # built by scripts/random_hf_folder.py
 
 REPO = Path(__file__).resolve().parents[1]
 # What the tokenizers are fitted to: English with accents and Greek. The text they read adds

@@ -17,6 +17,7 @@ computes them so; an imported model's [model] rope_angles = "float32").
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -26,10 +27,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import lazy_module, refused
+from hf_folders import random_hf_folder
 
 import minigpt
 from minigpt.api import import_hf
-from minigpt.model.gpt import ContextTooLongError
+from minigpt.interchange.llama_layout import ACTIVATION, ARCHITECTURES, CONFIG_KEYS, DEFAULT_THETA, DEFAULTS, VOCAB_SIZE
+from minigpt.model.cache import KVCache, LayerCache
+from minigpt.model.gpt import ContextTooLongError, MiniGPT
 from minigpt.model.positions import inverse_frequencies, parse_rope_scaling
 from minigpt.model.recorder import Recorder
 
@@ -61,10 +65,8 @@ RULES = {
 @pytest.fixture(scope="module")
 def make(tmp_path_factory):
     """make(name, family, **make_folder's settings) -> a folder, written once per module."""
-    spec = importlib.util.spec_from_file_location("random_hf_folder", REPO / "scripts" / "random_hf_folder.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    script.tokenizer_json = functools.cache(script.tokenizer_json)  # fitted once (a second each), not per folder
+    script = random_hf_folder()
+    script.folder_tokenizer = functools.cache(script.folder_tokenizer)  # fitted once (a second each), not per folder
     made: dict[str, Path] = {}
 
     def folder(name: str, family: str = "llama", **settings) -> Path:
@@ -216,6 +218,70 @@ def test_mistral_with_a_sliding_window_agrees_within_it_and_refuses_longer_texts
     assert_agrees(run, transformers_model(folder), tokens(24), 1e-5)
     with pytest.raises(ContextTooLongError, match=r"has 25 tokens .* sliding window of 24 \(\[model\] sliding_window"):
         run.model(tokens(25))
+
+
+class WindowedLayer(LayerCache):
+    """One block's keys and values, every one kept, of which attention reads the last `window`
+    (the new position's included), each at its own position: Mistral's rolling buffer."""
+
+    def __init__(self, capacity: int, window: int):
+        super().__init__(capacity)
+        self.window = window
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = super().extend(k, v)
+        return keys[:, :, -self.window :], values[:, :, -self.window :]
+
+
+def test_mistral_past_its_window_agrees_with_transformers_at_every_position(make, tmp_path):
+    """On a text of two and a half windows, transformers' sliding-window attention against the
+    imported weights read one token at a time, each position reading the last 24 keys at their own
+    positions (WindowedLayer; the model's window set to 0, since minigpt itself refuses such a text
+    rather than read every key): within 1e-5 at every position, past the window too. Attention over
+    every key agrees inside the window and nowhere past it: the window is what is compared there, and
+    transformers' window is the last 24 keys, as minigpt's refusal of a 25th token assumes."""
+    window, length = 24, 60  # max_position_embeddings is 64
+    folder = make("mistral", "mistral", sliding_window=window)
+    run = imported(folder, tmp_path / "run")
+    every_key = MiniGPT(dataclasses.replace(run.model.cfg, sliding_window=0), run.model.vocab_size).eval()
+    every_key.load_state_dict(run.model.state_dict())
+    ids = tokens(length)
+    cache = KVCache(every_key.cfg.n_layer, every_key.cfg.context)
+    cache.layers = [WindowedLayer(every_key.cfg.context, window) for _ in cache.layers]
+    with torch.no_grad():
+        theirs = transformers_model(folder)(ids).logits
+        ours = torch.cat([every_key(ids[:, i : i + 1], cache=cache)[0] for i in range(length)], dim=1)
+        unwindowed = every_key(ids)[0]
+    scale = theirs.abs().max().item()
+    assert (ours - theirs).abs().max().item() <= 1e-5 * scale
+    assert (ours.softmax(-1) - theirs.softmax(-1)).abs().max().item() <= 1e-5
+    assert (unwindowed[:, :window] - theirs[:, :window]).abs().max().item() <= 1e-5 * scale
+    parted = (unwindowed[:, window:] - theirs[:, window:]).abs().amax(dim=(0, 2))  # per position past the window
+    assert parted.min().item() > 1e-3 * scale
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHITECTURES))
+def test_the_defaults_of_absent_keys_are_transformers_config_classes(model_type):
+    """llama_layout.DEFAULTS, key by key, against the config class transformers builds for the
+    model_type (LlamaConfig(), MistralConfig(), Qwen2Config()): the value it takes, and for a derived
+    key (None) what it derives; every config.json key minigpt reads that the class has is among them;
+    and where neither config shape names rope_theta, its default."""
+    config_class = getattr(transformers, ARCHITECTURES[model_type].replace("ForCausalLM", "Config"))
+    theirs = config_class()
+    for key, ours in DEFAULTS[model_type].items():
+        if key == "num_key_value_heads" and ours is None:  # as many as the query heads
+            assert theirs.num_key_value_heads == theirs.num_attention_heads
+        elif key == "head_dim":  # hidden_size // num_attention_heads, or left to the model (Qwen2)
+            assert ours is None
+            assert getattr(theirs, key, None) in (None, theirs.hidden_size // theirs.num_attention_heads)
+        elif key == "sliding_window" and model_type == "qwen2":  # read only with use_sliding_window = true
+            assert theirs.sliding_window is None and config_class(use_sliding_window=True).sliding_window == ours
+        else:
+            assert getattr(theirs, key) == ours, key
+    read = [key for key in (*CONFIG_KEYS.values(), VOCAB_SIZE, ACTIVATION) if key != "rope_theta"]
+    assert [key for key in read if hasattr(theirs, key) and key not in DEFAULTS[model_type]] == []
+    rope = getattr(theirs, "rope_parameters", None) or {"rope_theta": theirs.rope_theta}  # 5.x, or 4.x
+    assert rope["rope_theta"] == DEFAULT_THETA
 
 
 def test_a_hand_written_mistral_config_gets_transformers_defaults(make, tmp_path):

@@ -10,12 +10,12 @@ llama3 rope scaling, a tied head; random weights from scripts/random_hf_folder.p
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 import torch
-from conftest import REPO, SHAKESPEARE, lazy_module
+from conftest import SHAKESPEARE, lazy_module
+from hf_folders import random_hf_folder
 from typer.testing import CliRunner
 
 from minigpt.cli import app
@@ -41,11 +41,8 @@ def invoke(*args) -> str:
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """(folder, run): the random folder and its import."""
-    spec = importlib.util.spec_from_file_location("random_hf_folder", REPO / "scripts" / "random_hf_folder.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     root = tmp_path_factory.mktemp("llama-commands")
-    folder = script.make_folder(
+    folder = random_hf_folder().make_folder(
         root / "folder", "qwen2", n_layer=2, tie=True, rope_scaling=LLAMA3, max_pos=64, std=0.1, seed=3
     )
     invoke("import", "hf", folder, "--out", root / "run")

@@ -66,7 +66,7 @@ UNEXPECTED = "a bug in the first forward pass"
 @pytest.mark.parametrize(
     "sets, words",
     [
-        (["model.sliding_window=4"], "attends within a sliding window of 4"),  # learned positions, context 8
+        (["model.sliding_window=4"], "sliding_window = 4 is shorter than [model] context = 8"),  # learned positions
         (['model.positions="rope"', 'model.rope_scaling="yarn:2,beta_fast=nan"'], "beta_fast"),
         (["model.n_embd=15"], "n_embd = 15 is not divisible by n_head = 2"),
         (["model.n_embd=65536", "model.ffn_hidden=262144"], "GiB available"),
@@ -124,11 +124,53 @@ def test_train_force_refuses_a_folder_holding_files_no_run_writes_naming_one(cli
     (work / "run" / "exercises").mkdir()
     (work / "run" / "exercises" / "notes.md").write_text("mine too", encoding="utf-8")
     before = tree(work)
-    for out, named in ((work / "par", "notes.txt"), (work / "run", "exercises/notes.md")):
+    for out, named in (
+        (work / "par", "notes.txt and no checkpoint.pt, so no run"),
+        (work / "run", "exercises/notes.md, which no run writes: it is not a run folder"),
+    ):
         for force in (["--force"], []):
             line = refused(cli, "train", "-c", work / "tiny.toml", "--out", out, *force)
-            assert f"run folder {out} holds {named}, which no run writes: it is not a run folder" in line, line
+            assert f"run folder {out} holds {named}" in line, line
             assert "already holds a run" not in line  # said only of a folder that holds one
+    assert tree(work) == before
+
+
+@pytest.mark.parametrize("name", ["config.toml", "tokenizer.json", "origin.json", "metrics.jsonl", "exercises/ffn.py"])
+def test_a_folder_without_a_checkpoint_is_no_run_whatever_its_files_are_named(cli, work, gpt2, name):
+    """A run holds its checkpoint from step 0 on (a creation writes in a temporary folder, then moves
+    the checkpoint in last), so a folder holding a config.toml or an exercises/ffn.py and no
+    checkpoint is the user's: neither train nor import writes over it, with or without --force."""
+    mine = work / "mine"
+    (mine / name).parent.mkdir(parents=True, exist_ok=True)
+    (mine / name).write_text("mine", encoding="utf-8")
+    before = tree(work)
+    for force in ([], ["--force"]):
+        for command in (("train", "-c", work / "tiny.toml"), ("import", "hf", gpt2)):
+            line = refused(cli, *command, "--out", mine, *force)
+            assert f"run folder {mine} holds {name.split('/')[0]} and no checkpoint.pt, so no run" in line, line
+    assert tree(work) == before
+
+
+def test_an_out_that_is_a_link_is_refused_naming_where_it_leads(cli, work, gpt2):
+    link = work / "link"
+    link.symlink_to(work / "run")
+    before = tree(work)
+    for command in (("train", "-c", work / "tiny.toml"), ("import", "hf", gpt2)):
+        line = refused(cli, *command, "--out", link, "--force")
+        assert f"run folder {link} is a symbolic link to {work / 'run'}; give the folder itself as --out" in line
+    assert tree(work) == before
+
+
+def test_train_refuses_an_out_that_holds_its_config_file(cli, work):
+    exp = work / "exp"
+    exp.mkdir()
+    text = (
+        (work / "tiny.toml").read_text(encoding="utf-8").replace('data = "tiny.txt"', f'data = "{work / "tiny.txt"}"')
+    )
+    (exp / "config.toml").write_text(text, encoding="utf-8")
+    before = tree(work)
+    line = refused(cli, "train", "-c", exp / "config.toml", "--out", exp)
+    assert f"run folder {exp} holds the config file {exp / 'config.toml'}, which this command reads" in line
     assert tree(work) == before
 
 
@@ -179,7 +221,9 @@ def test_import_force_replaces_a_run_and_refuses_anything_else(cli, gpt2, tmp_pa
     assert f"run folder {out} already holds a run; pass --force to replace it" in line
     for force in (["--force"], []):
         line = refused(cli, "import", "hf", gpt2, "--out", par, *force)
-        assert f"run folder {par} holds notes.txt, which no run writes" in line and "already holds" not in line
+        assert (
+            f"run folder {par} holds notes.txt and no checkpoint.pt, so no run" in line and "already holds" not in line
+        )
     assert tree(tmp_path) == before
     ok(cli, "import", "hf", gpt2, "--out", out, "--force")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["par", "run"]

@@ -181,3 +181,33 @@ def test_cells_are_made_when_read_in_grid_order_the_first_key_outermost():
     assert huge.count == 10**20 and huge.index(huge[-1]) == 10**20 - 1
     assert huge.index(huge[123456789]) == 123456789
     assert huge[-1].values == {f"train.k{i}": 99 for i in range(10)}
+
+
+def test_a_sweep_inside_what_its_cells_read_is_refused_before_its_folder_is_written(cli, tiny_config, tmp_path):
+    data = tmp_path / "texts"
+    data.mkdir()
+    (data / "a.txt").write_text((tmp_path / "tiny.txt").read_text())
+    line = refused(cli, "sweep", "-c", tiny_config, "--data", data, "--grid", "model.n_head=1,2", "--out", data / "s")
+    assert f"the sweep's folder {data / 's'} lies inside the training data {data}, which its cells read" in line
+    assert sorted(p.name for p in data.iterdir()) == ["a.txt"]
+
+
+def test_a_cell_that_can_be_read_but_not_trained_is_refused_by_name_before_any_runs(cli, tiny_config, tmp_path):
+    """A sliding window shorter than the context is a model one can read (an imported Mistral's), not
+    one a run trains: every window it trains on is `context` tokens long."""
+    line = refused(cli, "sweep", "-c", tiny_config, "--grid", "model.sliding_window=8,4", "--out", tmp_path / "s")
+    assert line == (
+        "minigpt: error: --grid cell sliding_window=4: [model] sliding_window = 4 is shorter than [model] context = "
+        "8, and a run trains on windows of context tokens, which the model does not read past its sliding window; "
+        "set context to at most 4, or sliding_window to 8 or more (0: none)"
+    )
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_refusal_only_training_finds_names_the_cell_it_came_from(cli, tiny_config, tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 200)
+    grid = f'train.data="{tmp_path / "tiny.txt"}","{tmp_path / "latin1.txt"}"'
+    result = cli("sweep", "-c", tiny_config, "--grid", grid, "--steps", "2", "--out", tmp_path / "s", "--quiet")
+    assert result.exit_code == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("minigpt: error: --grid cell data=") and "latin1.txt" in line.split(": ")[2], line

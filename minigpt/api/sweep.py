@@ -14,7 +14,7 @@ folder also holds:
     DIR/sweep.jsonl   one JSON object per finished cell: its values, final and best validation
                       loss, where it diverged and by which rule, wall seconds, what `auto` chose
 
-Every grid value is checked by config.py on its own (its key, type and range), then every cell's
+Every grid value is checked by the config on its own (its key, type and range), then every cell's
 whole config (the base with that cell's values: n_embd a multiple of n_head, ...), before anything
 runs; a grid is refused only for a cell that cannot run, named with its values. The cells are made
 as they are read, never listed: a grid of a million cells costs the memory of one.
@@ -49,10 +49,12 @@ from ..errors import MinigptError, Phrase
 from ..inspection.counting import recorded_choices
 from ..inspection.sweep_plot import SEED_KEY, short_names
 from ..io import atomic_write_text
+from ..runs.folder import source_relation
 from ..runs.identity import sections_differences, training_identity
 from ..runs.layout import CHECKPOINT_FILE
+from ..training.checks import check_trainable, read_sources
 from ..training.events import StepDone
-from ..training.trainer import DivergedError
+from ..training.trainer import DivergedError, WriteFailed
 from .arguments import overrides, plain
 from .reading import metrics
 from .sweep_grid import (
@@ -149,6 +151,7 @@ def sweep(
     task_length: int | None = None,
     exercise: str | None = None,
     exercise_file: str | Path | None = None,
+    trust_exercise: bool = False,
     progress: bool = True,
     on_cell: Callable[[Cell, str, Sweep], None] | None = None,
     on_done: Callable[[Cell, dict[str, Any]], None] | None = None,
@@ -187,8 +190,10 @@ def sweep(
     if on_plan is not None:
         on_plan(cells.count)
     for cell in cells:  # every combination's whole config (n_embd a multiple of n_head, ...), before any runs
-        checked_cell(config, [*sets, *cell.overrides], given, Phrase("{grid} cell {name}", name=cell.name))
+        where = Phrase("{grid} cell {name}", name=cell.name)
+        check_trainable(checked_cell(config, [*sets, *cell.overrides], given, where), where)
     folder = Path(out)
+    _refuse_reading_inside(folder, base)
     found = Sweep(folder, grid_values, cells, _open_folder(folder, grid_values, base))
     for cell in cells:
         run = folder / cell.name
@@ -199,7 +204,14 @@ def sweep(
             continue
         if on_cell is not None:
             on_cell(cell, "resume" if has_checkpoint else "start", found)
-        record = _train_cell(cell, run, has_checkpoint, config, sets, given, progress)
+        try:
+            record = _train_cell(
+                cell, run, has_checkpoint, config, sets, given, progress, trust_exercise=trust_exercise
+            )
+        except WriteFailed:  # said with the command that continues the sweep
+            raise
+        except MinigptError as exc:  # what only training could find (a text the cell's data names): which cell
+            raise in_cell(exc, cell) from None
         if isinstance(record, Stopped):
             found.stopped = record
             return found
@@ -208,6 +220,31 @@ def sweep(
         if on_done is not None:
             on_done(cell, record)
     return found
+
+
+def in_cell(exc: MinigptError, cell: Cell) -> MinigptError:
+    """A refusal met while a cell trained (what only training finds, such as a text its data names),
+    said with the cell it came from; its exit status kept."""
+    said = MinigptError("{grid} cell {sweep_cell}: " + exc.template, sweep_cell=cell.name, **exc.values)
+    said.exit_code = exc.exit_code
+    return said
+
+
+def _refuse_reading_inside(folder: Path, base: Config) -> None:
+    """The sweep's folder (where sweep.toml, base.toml and every cell's run are written) apart from
+    what its cells read: the training text, the run they fine-tune, the learner's file; checked
+    before the folder's first file is written."""
+    for what, source in read_sources(base):
+        relation = source_relation(folder, source) if what != "the config file" else None
+        if relation is not None:
+            raise MinigptError(
+                "the sweep's folder {folder} {relation} {what} {source}, which its cells read; choose an {out} apart "
+                "from it",
+                folder=folder,
+                relation=relation,
+                what=what,
+                source=source,
+            )
 
 
 def read_sweep(folder: str | Path) -> Sweep:
@@ -378,6 +415,8 @@ def _train_cell(
     sets: list[str],
     given: dict[str, dict[str, Any]],
     progress: bool,
+    *,
+    trust_exercise: bool = False,
 ) -> dict[str, Any] | Stopped:
     """Train (or resume) one cell into `run`; its record, or where an interruption stopped it."""
     explosion = _Explosion()
@@ -398,6 +437,7 @@ def _train_cell(
             set=[*sets, *cell.overrides],
             resume=resume,
             force=force,
+            trust_exercise=trust_exercise,
             progress=progress,
             on_start=started,
             stop_when=explosion,

@@ -1,5 +1,5 @@
 """A sweep's grid (api/sweep.py): the `--grid` texts read into each key's values, every value checked
-on its own by config.py and every cell's whole config as `train` checks it, and the cells themselves,
+on its own by minigpt.config and every cell's whole config as `train` checks it, and the cells themselves,
 made when they are read (a grid of a million cells costs the memory of one), each named from its
 values for its run folder and its row of the table.
 """
@@ -17,7 +17,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from ..config import PATH_KEYS, Config, ConfigError, checked_override, load_config, parse_override
+from ..config import PATH_KEYS, Config, checked_override, parse_override, read_config, resolved
 from ..errors import MinigptError, Phrase
 from ..inspection.sweep_plot import SEED_KEY, short_names, value_text
 
@@ -179,21 +179,17 @@ def refuse_conflicts(axes: dict[str, list[str]], sets: list[str], given: dict[st
 
 
 def grid_value(text: str) -> Any:
-    """One grid value (`section.key=value`) checked on its own as config.py checks an override (key,
+    """One grid value (`section.key=value`) checked on its own as the config checks an override (key,
     type, range), as the config takes it. Not against the base config: with another grid key's value
     it may make a cell that runs (n_head = 3 with n_embd = 30), which the cells' checks decide."""
     return checked_override(text, Phrase("{grid} {text}", text=text))[2]
 
 
 def checked_cell(config: str | Path | None, sets: list[str], given: dict[str, dict[str, Any]], where: Phrase) -> Config:
-    """The config with these overrides, checked by config.py; a refusal says it of `where` (the
-    grid value, or the cell), since the base config was found valid before."""
-    try:
-        return load_config(config, sets, given)
-    except ConfigError as exc:
-        if "where" not in exc.values:
-            raise
-        raise ConfigError(exc.template, **{**exc.values, "where": where}) from None
+    """The config with these overrides, read as load_config reads it and resolved as it resolves one
+    (the exercise's values, the table of cross-checks in config/cross_checks.py); a refusal says it of
+    `where` (the cell), since the base config and each grid value on its own were found valid before."""
+    return resolved(read_config(config, sets, given), where)
 
 
 def refuse_repeated_values(grid: dict[str, list[Any]]) -> None:
@@ -258,7 +254,7 @@ def _described(values: dict[str, Any]) -> str:
 
 
 def toml_value(value: Any) -> str:
-    """A value as TOML writes it (so that config.py reads back exactly it)."""
+    """A value as TOML writes it (so that the config reads back exactly it)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

@@ -38,6 +38,7 @@ def train(
     exercise_file: str | Path | None = None,
     resume: bool = False,
     force: bool = False,
+    trust_exercise: bool = False,
     progress: bool = True,
     listeners: Sequence[Listener] = (),
     on_start: Callable[[Session], None] | None = None,
@@ -52,7 +53,8 @@ def train(
     exercises/NAME.py here, must pass its checks); `init_from` a run folder fine-tunes it
     (`init_checkpoint` "last" or "best"); `resume` continues the run in `out`, `force` replaces it:
     the run alone (a folder holding anything else, or what the run reads, is refused), and only
-    once every check has passed and the new step-0 checkpoint is written.
+    once every check has passed and the new step-0 checkpoint is written. `trust_exercise` trains
+    with an exercise file that lies inside a run folder (one handed to you can carry code of its own).
     `progress` shows a bar (a widget in a notebook) and the samples of `[train] sample_every`;
     `listeners` hear every event (events.py); `on_start(session)` is called once everything is
     checked, before the first step (the command prints its summary there); `stop_when(step_done)`,
@@ -85,6 +87,7 @@ def train(
         read_config,
         resume=resume,
         force=force,
+        trust_exercise=trust_exercise,
         preparing=preparing or (lambda message: nullcontext()),
         progress=preparation if progress else None,
     )

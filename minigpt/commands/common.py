@@ -109,12 +109,6 @@ def say_notes(notes: list[str]) -> None:
         say(f"minigpt: {notes.pop(0)}")
 
 
-def read_past_because(rope_scaling) -> str:
-    """What let a command read past the trained length, as its note says it: the rope scaling the
-    model was read with, else --extrapolate."""
-    return f"rope scaling {rope_scaling}" if rope_scaling else "--extrapolate"
-
-
 def say(message: str, quiet: bool = False) -> None:
     """A message for the user on stderr (stdout carries only a command's result)."""
     if not quiet:

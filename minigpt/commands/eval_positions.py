@@ -10,8 +10,8 @@ import math
 import typer
 
 from ..api import PositionLosses
-from ..errors import MinigptError, parameter
-from .common import read_past_because, say, shown_path
+from ..errors import MinigptError, as_flag, parameter
+from .common import say, shown_path
 from .options import EvalOptions
 
 EVERY_POSITION = 64  # up to this many positions, one row each; beyond, rows of a few positions
@@ -57,11 +57,8 @@ def main(run, o: EvalOptions) -> None:
     else:
         typer.echo("\n".join(text_table(result, str(o.data), run.model.cfg.positions)))
     if result.length > result.trained_length:
-        how = read_past_because(result.rope_scaling)
-        say(
-            f"minigpt: note: read past the trained length ({how}): windows of {result.length} tokens, and the "
-            f"model was trained on at most {result.trained_length}"
-        )
+        note = run.model.reading.past_note("read", f"windows of {result.length} tokens")
+        say(f"minigpt: note: {note.render(as_flag)}")
 
 
 def bins(length: int, trained_length: int) -> list[range]:

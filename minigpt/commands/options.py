@@ -3,7 +3,7 @@ the command's parameters (type, default, flag and help together). Typer reads ea
 constructor (cli.py), and the command module receives the filled-in dataclass, so an option reaches
 the code that reads it by name, and adding one is one edit here.
 
-A flag that sets a config key is not declared here but in config.py, as that key's field:
+A flag that sets a config key is not declared here but in minigpt/config/, as that key's field:
 `config_flags` builds a command's flags from the fields of the keys it takes (type, help, spelling),
 and the command's options inherit them. Each is None unless given; `Options.config_values` hands
 what was given to the config, per section. Light on purpose (no torch): `minigpt --help` imports
@@ -67,9 +67,9 @@ TrustExerciseOption = Annotated[
     bool,
     typer.Option(
         "--trust-exercise",
-        help="Run the learner's file of a run trained with an exercise even when it is not the learner's own at "
-        "the absolute path recorded (a relative path, a file inside the run folder, or the run folder's copy): "
-        "importing it runs its code, so read it first.",
+        help="Run a learner's file that is not the learner's own: one a run records by a relative path, a link or "
+        "inside a run folder (or the run folder's copy), or, to train, an exercise file inside a run folder. "
+        "Importing it runs its code, so read it first.",
     ),
 ]
 
@@ -123,7 +123,7 @@ def _is_list(options: Options, name: str) -> bool:
 
 def config_flags(section: type, keys: tuple[str, ...] | None = None, *, after: type[Options] = Options) -> type:
     """Options with one flag per key of the config section `section` (every key, or those named in
-    `keys`, in that order), each built from the key's field in config.py; they follow the options
+    `keys`, in that order), each built from the key's field in minigpt/config/; they follow the options
     of `after`."""
     name = next(n for n, cls in SECTIONS.items() if cls is section)
     specs = {f.name: f for f in fields(section)}
@@ -202,6 +202,7 @@ class TrainOptions(TrainKeys):
         bool, typer.Option("--resume", help="Continue the run in the run folder from its checkpoint.")
     ] = False
     force: Annotated[bool, typer.Option("--force", help="Replace an existing run folder.")] = False
+    trust_exercise: TrustExerciseOption = False
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or summaries (for scripts).")] = False
 
 
@@ -242,6 +243,7 @@ class SweepOptions(SweepKeys):
         typer.Option("--out", help="The sweep's folder: a run folder per cell, sweep.toml, base.toml and sweep.jsonl."),
     ]
     overrides: SetOption = None
+    trust_exercise: TrustExerciseOption = False
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bars or lines per cell; the table alone.")
     ] = False

@@ -11,8 +11,8 @@ import json
 import sys
 
 from .. import api
-from ..errors import MinigptError
-from .common import opened, read_past_because, user_errors
+from ..errors import MinigptError, as_flag
+from .common import opened, user_errors
 from .options import SampleOptions
 
 
@@ -64,11 +64,8 @@ def _note_past(run, results) -> None:
     followed came from positions it never trained on."""
     past = max((r for r in results if r.past_trained_length), key=lambda r: r.longest_read, default=None)
     if past is not None:
-        how = read_past_because(run.model.rope_scaling)
-        sys.stderr.write(
-            f"minigpt: note: read past the trained length ({how}): up to {past.longest_read} tokens at once, "
-            f"and the model was trained on at most {past.trained_length}\n"
-        )
+        note = run.model.reading.past_note("read", f"up to {past.longest_read} tokens at once")
+        sys.stderr.write(f"minigpt: note: {note.render(as_flag)}\n")
 
 
 def _write(piece: str) -> None:

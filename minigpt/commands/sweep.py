@@ -64,6 +64,7 @@ def _sweep(o: SweepOptions) -> None:
             **o.config_values()["model"],  # --exercise
             config=o.config,
             set=o.overrides,
+            trust_exercise=o.trust_exercise,
             progress=not o.quiet,
             on_cell=starting,
             on_done=done,

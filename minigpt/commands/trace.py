@@ -9,14 +9,13 @@ from dataclasses import replace
 import typer
 
 from ..api import Comparison, Trace
-from ..errors import MinigptError, parameter
+from ..errors import MinigptError, as_flag, parameter
 from ..inspection.trace_text import check_digits, render_comparison, render_feed, render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
 from .common import (
     check_png,
     compare_run_given,
     opened,
-    read_past_because,
     say,
     say_notes,
     shown_path,
@@ -112,11 +111,8 @@ def _note_past(run, result: Trace) -> None:
     """One line on stderr when the traced position lies past the length the model was trained at
     (its --json says so too): what it shows there comes from positions the model never trained on."""
     if result.past_trained_length:
-        how = read_past_because(run.model.rope_scaling)
-        say(
-            f"minigpt: note: traced past the trained length ({how}): position {result.position} of "
-            f"{len(result.ids)} tokens, and the model was trained on at most {result.trained_length}"
-        )
+        note = run.model.reading.past_note("traced", f"position {result.position} of {len(result.ids)} tokens")
+        say(f"minigpt: note: {note.render(as_flag)}")
 
 
 def _folders_shown(result: Comparison) -> Comparison:

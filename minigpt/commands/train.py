@@ -77,6 +77,7 @@ def _train(o: TrainOptions) -> None:
             set=o.overrides,
             resume=o.resume,
             force=o.force,
+            trust_exercise=o.trust_exercise,
             progress=not quiet,
             on_start=lambda session: (_announce(session, quiet), started.append(session)),
             preparing=lambda message: transient(message, quiet),

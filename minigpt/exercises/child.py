@@ -25,11 +25,7 @@ from typing import IO, Any
 
 from ..errors import MinigptError
 from .checks import Report, check_file
-from .learner import LearnerFault, ProcessExit, describe, raised_line, read_learner
-
-
-def _exit_raises(code: int) -> None:
-    raise ProcessExit(code)
+from .learner import LearnerFault, describe, exits_raise, raised_line, read_learner
 
 
 def _report_message(report: Report) -> dict[str, Any]:
@@ -74,7 +70,6 @@ if __name__ == "__main__":
     # The answers keep the stdout this process was given; fd 1 becomes stderr, for the learner's prints.
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
-    # The learner's os._exit raises, so its line can be named (above). setattr: library code never
-    # names os._exit (tests/test_layers.py), and this replaces it rather than calling it.
-    setattr(os, "_exit", _exit_raises)  # noqa: B010
-    main(json.loads(sys.stdin.read()), answers)
+    # The learner's os._exit raises, so its line can be named (above).
+    with exits_raise():
+        main(json.loads(sys.stdin.read()), answers)

@@ -38,6 +38,7 @@ LIMIT_VARIABLE = "MINIGPT_CHECK_SECONDS"
 # A backstop only: the child's own timer ends it after the limit; starting it (importing torch) on a
 # busy machine can take a while before its first answer.
 GRACE = 120.0
+LONGEST = 86_400.0  # a day: a time limit longer than any check needs, and one the clocks can count
 
 
 def time_limit() -> float:
@@ -49,11 +50,13 @@ def time_limit() -> float:
         seconds = float(given)
     except ValueError:
         seconds = 0.0
-    if not 0 < seconds < float("inf"):
+    if not 0 < seconds <= LONGEST:
         raise MinigptError(
-            "{variable}={given} is not a number of seconds; give a positive number (the default is {default:g})",
+            "{variable}={given} is not a number of seconds from 0 to {longest:g} (a day); give one (the default "
+            "is {default:g})",
             variable=LIMIT_VARIABLE,
             given=given,
+            longest=LONGEST,
             default=TIME_LIMIT,
         )
     return seconds

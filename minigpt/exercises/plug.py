@@ -41,7 +41,7 @@ from ..model.cache import LayerCache
 from ..model.gpt import Parts
 from ..model.layers import CausalSelfAttention, FeedForward, _causal_mask, make_norm
 from ..model.recorder import Recorder
-from .learner import LearnerFile, ended_program, ending_fault, shown_here
+from .learner import LearnerFile, ended_program, ending_fault, exits_raise, shown_here
 
 
 def parts_of(learner: LearnerFile) -> Parts:
@@ -89,7 +89,8 @@ def _guarded(function: Callable, path: Path) -> Callable:
     @functools.wraps(function)
     def call(*args, **kwargs):
         try:
-            return function(*args, **kwargs)
+            with exits_raise():  # its os._exit too: never a silent exit 0 of the whole command
+                return function(*args, **kwargs)
         except BaseException as exc:
             if ended_program(exc):
                 raise ending_fault(exc, path, shown_here(path), "the model ran it") from None

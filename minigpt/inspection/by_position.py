@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model.gpt import MiniGPT
+from ..model.reading import Reading
 
 LOGIT_BUDGET = 2**25  # logits computed at once (windows x positions x vocabulary): a batch's memory bound
 
@@ -86,12 +87,19 @@ def window_starts(n_tokens: int, length: int, most: int | None = None) -> list[i
 
 @torch.inference_mode()
 def loss_by_position(
-    model: MiniGPT, ids: list[int], length: int, windows: int | None = None, writable: int | None = None
+    model: MiniGPT,
+    ids: list[int],
+    length: int,
+    windows: int | None = None,
+    writable: int | None = None,
+    reading: Reading | None = None,
 ) -> PositionLosses:
     """The mean next-token loss at each position 0 .. length-1 over the text's windows (see the
     module), under the distribution sampling draws from (over the ids the tokenizer can write,
-    `writable`). The caller checks first that the model accepts `length` tokens
-    (model.check_length) and that the text holds at least one window (length + 1 tokens)."""
+    `writable`), the model read as `reading` says (default: its default reading). The caller
+    checks first that the reading accepts `length` tokens (Reading.refuse_length) and that the
+    text holds at least one window (length + 1 tokens)."""
+    reading = model.reading if reading is None else reading
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -105,7 +113,7 @@ def loss_by_position(
             group = torch.tensor(starts[at : at + batch_size], device=device)
             spans = group[:, None] + torch.arange(length + 1, device=device)  # [B, N+1] token indices
             tokens = text[spans]
-            logits, _ = model(tokens[:, :-1])  # every window from position 0
+            logits, _ = model(tokens[:, :-1], reading=reading)  # every window from position 0
             nats = -torch.log_softmax(logits[..., :vocabulary].double(), dim=-1)
             total += nats.gather(-1, tokens[:, 1:, None]).squeeze(-1).sum(0)  # [N]
     finally:
@@ -115,6 +123,6 @@ def loss_by_position(
         trained_length=model.context,
         windows=len(starts),
         nats=(total / len(starts)).tolist(),
-        extrapolate=model.extrapolate,
-        rope_scaling=None if model.rope_scaling is None else str(model.rope_scaling),
+        extrapolate=reading.extrapolate,
+        rope_scaling=None if reading.user_rule is None else str(reading.user_rule),
     )

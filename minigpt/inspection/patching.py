@@ -185,7 +185,7 @@ class Pass:
         it, added in the order the pass added them."""
         rows = (slice(None), slice(start, None))
         x = self.recorder[stages.INPUT][rows].expand(batch, -1, -1) if embedding is None else embedding
-        depth = Depth.start(x, model.per_block, model.cfg.norm_eps, model.layers)
+        depth = model.depth_from(x)
         for i in range(block):
             for stage in (stages.ATTENTION, stages.FFN) if model.cfg.ffn_hidden > 0 else (stages.ATTENTION,):
                 depth = depth.add(self.recorder[stages.block_name(i, stage)][rows].expand(batch, -1, -1))

@@ -29,7 +29,6 @@ import torch
 from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
-from ..model.depth import Depth
 from ..model.gpt import MiniGPT, check_token_ids
 from ..model.layers import ResidualShapeError
 from ..model.positions import Rotary
@@ -452,7 +451,7 @@ def _lens_rows(model: MiniGPT, recorder: Recorder, shown: list[int], p: int) -> 
     recorded up to that block, summed into groups as the model sums them (depth.py's Depth)."""
     if model.cfg.residual != "attention":
         return torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
-    depth = Depth.start(recorder[stages.INPUT][:, p : p + 1], model.per_block, model.cfg.norm_eps, model.layers)
+    depth = model.depth_from(recorder[stages.INPUT][:, p : p + 1])
     rows = {}
     for i in range(max(shown) + 1):
         for stage in (stages.ATTENTION, stages.FFN):

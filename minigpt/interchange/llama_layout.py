@@ -97,7 +97,8 @@ VOCAB_SIZE = "vocab_size"  # rows of the token table and the head (not a [model]
 ACTIVATION = "hidden_act"  # "silu": the gate's non-linearity of SwiGLU, the only one minigpt computes
 DEFAULT_THETA = 10000.0  # transformers' default_theta, where neither config shape names one
 
-# What transformers' config classes (5.x) take for a key config.json leaves out, per model_type.
+# What transformers' config classes (5.x) take for a key config.json leaves out, per model_type (held to
+# LlamaConfig(), MistralConfig() and Qwen2Config() themselves by tests/test_import_llama.py).
 # None: derived (num_key_value_heads -> num_attention_heads, head_dim -> hidden_size // heads) or absent.
 DEFAULTS: dict[str, dict[str, object]] = {
     "llama": {

@@ -3,7 +3,7 @@
     x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
         (positions = "none", "rope" or "alibi": x = token_table[ids] alone, and rope turns each
         query and key by its position inside attention, alibi biases each score by its distance:
-        positions.py; context is still the trained length, crossed only on purpose: read_with)
+        positions.py; context is still the trained length, crossed only on purpose: reading.py)
     for block in blocks (pre-norm, chapter 17.5):
         norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
         norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
@@ -24,6 +24,11 @@ Linear or a table fires in training, trace, eval and sampling alike. A `Recorder
 stages.py); there is no second implementation for the trace to drift from, and none for sampling
 either: its speed-up is a transformation of the weights (fold.py) that this same forward runs.
 
+How the model is read (its trained length, its own rope rule, a reader's rule, extrapolation, a
+sliding window) is one frozen Reading (reading.py), which `forward` takes: one model read two ways
+at once is two Readings, and nothing the two share is changed. Without one, a pass reads the model
+as `read` (or `read_with`) last said: the model's default reading, which its blocks' attention holds.
+
 The forward pass has no host synchronisation: token ids are checked where they enter (prompt, trace
 ids, corpus: `check_token_ids`), and the only check inside is the context length, a shape. Dropout
 is called only where it acts (in eval mode or at p = 0 it returns its input and draws nothing).
@@ -31,6 +36,7 @@ is called only where it acts (in eval mode or at p = 0 it returns its input and 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,60 +49,19 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import ModelConfig
 from ..errors import MinigptError
+from ..rope_scaling import RopeScaling
 from . import stages
 from .cache import KVCache, LayerCache
 from .depth import Depth, DepthAttention
 from .layers import CausalSelfAttention, FeedForward, make_norm
 from .layers import residual as residual_add
-from .positions import Alibi, RopeScaling, Rotary, parse_rope_scaling
+from .positions import Alibi, Rotary
+from .reading import ContextTooLongError as ContextTooLongError  # where callers have always found it
+from .reading import Reading
+from .reading import check_context as check_context
 from .recorder import Recorder
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-class ContextTooLongError(MinigptError):
-    """A sequence longer than the model accepts: past its position table's rows (learned), or past
-    the length it was trained at (rope, alibi, none) unless the reader crosses it on purpose."""
-
-
-def check_context(
-    length: int,
-    context: int,
-    what: str = "the sequence",
-    advice: str = "",
-    positions: str = "learned",
-    window: int | None = -1,
-    scaling: object | None = None,
-) -> None:
-    """The one refusal for anything longer than a model accepts, whoever notices it first (forward,
-    sampling, trace), so it reads the same wherever it is raised. `context`: the trained length
-    ([model] context, the learned table's rows); `window`: what the model accepts as it is read
-    now (-1: `context`; None: anything, --extrapolate; a scaled rope's factor x context)."""
-    window = context if window == -1 else window
-    if window is None or length <= window:
-        return
-    if positions == "learned":
-        raise ContextTooLongError(
-            "{what} has {length} tokens but the position table has {given} rows ([model] context = {given}); the "
-            "model has no row for position {given} and will not invent one, so use at most {given} tokens{value}",
-            what=what,
-            length=length,
-            given=context,
-            value=f": {advice}" if advice else "",
-        )
-    reach = f" (read with rope scaling {scaling}: {window} tokens)" if scaling is not None else ""
-    raise ContextTooLongError(
-        "{what} has {length} tokens but the model was trained on at most {given} ([model] context = {given})"
-        '{reach}; with positions = "{positions}" it has no table to run out of, but it was never trained past '
-        "that length, so use at most {window} tokens{value}, or pass {extrapolate:on} to read past it on purpose",
-        what=what,
-        length=length,
-        given=context,
-        reach=reach,
-        positions=positions,
-        window=window,
-        value=f": {advice}" if advice else "",
-    )
 
 
 class TokenOutOfRangeError(MinigptError):
@@ -149,7 +114,8 @@ OWN_PARTS = Parts()
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS, positions: Rotary | Alibi | None = None):
-        """`positions`: the model's rope or ALiBi tables, which its attention reads (positions.py)."""
+        """`positions`: the model's rope or ALiBi tables as its default reading reads them, which its
+        attention holds (positions.py)."""
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
         self.residual = residual_add if cfg.residual else _skip
@@ -165,21 +131,31 @@ class Block(nn.Module):
             self.ffn = parts.ffn(cfg) if parts.ffn else FeedForward(cfg)
 
     def forward(
-        self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+        self,
+        x: Tensor,
+        recorder: Recorder | None = None,
+        cache: LayerCache | None = None,
+        last_only: bool = False,
+        positions: Rotary | None = None,
     ) -> Tensor:
         """x: [B, T, C] -> output [B, T, C]. Each stage is recorded (tapped) as it is computed, so the
         recorded order is the computation order, which stages.PRE_NORM / stages.POST_NORM name.
         `last_only` (sampling's last block): every row feeds the keys and values, but only the last
-        row goes on through the residual and the FFN, so T = 1 from `attention` on."""
+        row goes on through the residual and the FFN, so T = 1 from `attention` on. `positions`:
+        rope's tables as a reading other than the model's default reads them (MiniGPT.forward)."""
+        if positions is not None:  # only minigpt's own attention turns by rope (a learner's is refused with it)
+            attend = functools.partial(self.attention, positions=positions)
+        else:
+            attend = self.attention
         if self.over_depth:
-            return self._over_depth(x, recorder, cache, last_only)
+            return self._over_depth(x, recorder, cache, last_only, attend)
         tap = recorder.record if recorder is not None else _untapped
         residual = self.residual  # x + update, or (residual = false) the update alone
         stream = x[:, -1:] if last_only else x  # the rows that continue past attention
         has_ffn = hasattr(self, "ffn")  # ffn_hidden = 0: attention only, `output` is what attention leaves
         if self.pre_norm:  # chapter 17.5
             norm1 = tap(stages.NORM1, self.norm1(x))  # [B, T, C]
-            attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T, C]
+            attention = tap(stages.ATTENTION, attend(norm1, recorder, cache, last_only))  # [B, T, C]
             residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
             if not has_ffn:
                 return tap(stages.OUTPUT, residual1)  # no FFN: output = residual1
@@ -187,7 +163,7 @@ class Block(nn.Module):
             ffn = tap(stages.FFN, self.ffn(norm2, recorder))  # [B, T, C]; records hidden [B, T, F]
             return tap(stages.OUTPUT, residual(residual1, ffn))  # [B, T, C]
         # chapter 17.6: R = LN1(X + MHA(X)), Y = LN2(R + FFN(R))
-        attention = tap(stages.ATTENTION, self.attention(x, recorder, cache, last_only))  # [B, T, C]
+        attention = tap(stages.ATTENTION, attend(x, recorder, cache, last_only))  # [B, T, C]
         residual1 = tap(stages.RESIDUAL1, residual(stream, attention))  # [B, T, C]
         norm1 = tap(stages.NORM1, self.norm1(residual1))  # [B, T, C]
         if not has_ffn:
@@ -197,14 +173,16 @@ class Block(nn.Module):
         norm2 = tap(stages.NORM2, self.norm2(residual2))  # [B, T, C]
         return tap(stages.OUTPUT, norm2)  # post-norm's output is LN2's: the same values as norm2
 
-    def _over_depth(self, depth: Depth, recorder: Recorder | None, cache: LayerCache | None, last_only: bool) -> Depth:
+    def _over_depth(
+        self, depth: Depth, recorder: Recorder | None, cache: LayerCache | None, last_only: bool, attend: Callable
+    ) -> Depth:
         """Attention Residuals (depth.py): `depth` (the embedding and the outputs so far) -> the same
         with this block's attention and FFN outputs added. Each sublayer reads its own mix over depth
         through its own pre-norm; nothing is added to a stream."""
         tap = recorder.record if recorder is not None else _untapped
         read1 = tap(stages.READ1, self.depth1(depth, recorder, stages.DEPTH_WEIGHTS1))  # [B, T, C]
         norm1 = tap(stages.NORM1, self.norm1(read1))
-        attention = tap(stages.ATTENTION, self.attention(norm1, recorder, cache, last_only))  # [B, T or 1, C]
+        attention = tap(stages.ATTENTION, attend(norm1, recorder, cache, last_only))  # [B, T or 1, C]
         depth = (depth.last_row() if last_only else depth).add(attention)
         if not hasattr(self, "ffn"):
             return depth
@@ -230,23 +208,17 @@ class MiniGPT(nn.Module):
         self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
         if cfg.positions == "learned":  # positions = "none": no table, the input is the token row alone
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
-        # rope and alibi: no parameters, tables inside attention, computed once per length and shared
-        self.positions: Rotary | Alibi | None = None
-        self.own_scaling: RopeScaling | None = None
-        if cfg.positions == "rope":
-            self.positions = Rotary(cfg.head_size, cfg.rope_theta, cfg.context, cfg.rope_angles == "float32")
-            # the model's own rule (an imported model's rope_scaling): always applied unless a reading replaces it
-            if cfg.rope_scaling:
-                self.own_scaling = parse_rope_scaling(cfg.rope_scaling, "the model")  # refused naming the key
-                self.positions.set_scaling(self.own_scaling)
-        elif cfg.positions == "alibi":
-            self.positions = Alibi(cfg.n_head, cfg.context)
-        # How it is read (read_with): past the trained length on purpose, or with rope scaled.
-        self.extrapolate = False
-        self.rope_scaling: RopeScaling | None = None
+        self.head_width = cfg.head_size  # d: [model] head_width, or n_embd / n_head where that is 0
+        # rope and alibi: no parameters, tables inside attention, computed once per length: ALiBi's one
+        # for every reading, rope's one per rule a reading asks for (positions_for)
+        self._alibi = Alibi(cfg.n_head, cfg.context) if cfg.positions == "alibi" else None
+        self._rotaries: dict[RopeScaling | None, Rotary] = {}
+        # how the model is read where a pass is not handed a reading: as trained, its own rule applied
+        self.reading = Reading.of(cfg)  # refuses an own rule it cannot compute, naming the key
         parts = parts or OWN_PARTS
         self.blocks = nn.ModuleList(
-            parts.block(cfg) if parts.block else Block(cfg, parts, self.positions) for _ in range(cfg.n_layer)
+            parts.block(cfg) if parts.block else Block(cfg, parts, self.positions_for(self.reading))
+            for _ in range(cfg.n_layer)
         )
         # [train] recompute: training keeps each block's input alone and computes the block again in
         # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
@@ -276,66 +248,69 @@ class MiniGPT(nn.Module):
                 nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * cfg.n_layer))
 
     def read_with(self, extrapolate: bool = False, rope_scaling: RopeScaling | str | None = None) -> MiniGPT:
-        """How this model is read from now on (nothing it trains changes): `extrapolate` accepts texts
-        past the trained length (`context`) on purpose, for rope, alibi and none (a learned table
-        has no row there); `rope_scaling` (a RopeScaling or text such as "yarn:4") stretches rope's
-        rotations so that factor x context positions are accepted. Returns the model."""
-        positions = self.cfg.positions
-        if extrapolate and positions == "learned":
-            raise ContextTooLongError(
-                "{extrapolate:on} is refused for this model: its position table has {given} rows ([model] context "
-                "= {given}) and it has no row past them to read with; only a model with positions = rope, alibi "
-                "or none can be read past the length it was trained at",
-                given=self.context,
-            )
-        if isinstance(rope_scaling, str):
-            rope_scaling = parse_rope_scaling(rope_scaling)
-        if rope_scaling is not None and positions != "rope":
-            raise MinigptError(
-                "{rope_scaling} {given} is refused for this model: it scales rotary positions, and this model's "
-                'positions are "{positions}"; use it with a model trained with positions = "rope"',
-                given=str(rope_scaling),
-                positions=positions,
-            )
-        self.extrapolate, self.rope_scaling = extrapolate, rope_scaling
-        if isinstance(self.positions, Rotary):
-            self.positions.set_scaling(rope_scaling or self.own_scaling)
+        """Read this model from now on as `extrapolate` (texts past the trained length, `context`, on
+        purpose: rope, alibi and none) and `rope_scaling` (a RopeScaling or text such as "yarn:4",
+        on a rope model without a rule of its own: factor x context positions accepted) say
+        (Reading.of refuses what cannot be read so; nothing it trains changes). Returns the model."""
+        return self.read(Reading.of(self.cfg, extrapolate, rope_scaling))
+
+    def read(self, reading: Reading) -> MiniGPT:
+        """Make `reading` this model's default reading: what every pass not handed one reads it as
+        (its blocks' attention holds the tables it implies). Returns the model."""
+        self._own(reading)
+        self.reading = reading
+        if self.cfg.positions == "rope":  # rope's tables are the only part of a pass a reading changes
+            positions = self.positions_for(reading)
+            for block in self.blocks:
+                block.attention.positions = positions
         return self
+
+    def _own(self, reading: Reading) -> None:
+        """Refuse a Reading of another model (it would read the wrong rule, or the wrong length)."""
+        mine = self.reading
+        made = (reading.positions, reading.trained_length, reading.own_rule, reading.sliding_window)
+        if made != (mine.positions, mine.trained_length, mine.own_rule, mine.sliding_window):
+            raise ValueError(f"{reading} reads another model than this one ({mine})")
+
+    def positions_for(self, reading: Reading) -> Rotary | Alibi | None:
+        """The position tables a pass read as `reading` uses inside attention: rope's for its rule
+        (one Rotary per rule, made once and never changed: two readings never share tables),
+        ALiBi's (the same for every reading), or None (learned, none)."""
+        if self.cfg.positions != "rope":
+            return self._alibi
+        rotary = self._rotaries.get(reading.rule)
+        if rotary is None:
+            cfg = self.cfg
+            rotary = Rotary(self.head_width, cfg.rope_theta, cfg.context, cfg.rope_angles == "float32", reading.rule)
+            self._rotaries[reading.rule] = rotary
+        return rotary
+
+    # What the default reading answers, asked of the model (sampling, trace, eval, the explore page).
+    @property
+    def positions(self) -> Rotary | Alibi | None:
+        return self.positions_for(self.reading)
+
+    @property
+    def own_scaling(self) -> RopeScaling | None:
+        """The model's own rope rule ([model] rope_scaling), always applied."""
+        return self.reading.own_rule
 
     @property
     def window(self) -> int | None:
-        """The longest text this model accepts as it is read now: `context` (the learned table's rows,
-        or the trained length), a scaled rope's factor x context, or None (anything: --extrapolate)."""
-        if self.extrapolate:
-            return None
-        return self.rope_scaling.accepts(self.context) if self.rope_scaling is not None else self.context
-
-    def check_window(self, length: int, what: str) -> None:
-        """Refuse a text longer than the model's sliding window ([model] sliding_window), whatever
-        it is read with: past it, its attention reads fewer keys than minigpt's would."""
-        window = self.cfg.sliding_window
-        if window and length > window:
-            raise ContextTooLongError(
-                "{what} has {length} tokens but this model attends within a sliding window of {window} ([model] "
-                "sliding_window = {window}): past it each position reads only the last {window} keys, which minigpt "
-                "does not compute, so use at most {window} tokens",
-                what=what,
-                length=length,
-                window=window,
-            )
+        return self.reading.window
 
     @property
     def cache_reach(self) -> int | None:
-        """How long a KV cache stays valid (None: any length): the dynamic rope rule turns every key
-        by the length of the text past the trained length, so a longer text has other keys."""
-        if isinstance(self.positions, Rotary) and self.positions.length_dependent:
-            return self.context
-        return self.window
+        return self.reading.cache_reach
 
     def check_length(self, length: int, what: str = "the sequence", advice: str = "") -> None:
-        """Refuse a text longer than this model accepts as it is read now (check_context)."""
-        self.check_window(length, what)
-        check_context(length, self.context, what, advice, self.cfg.positions, self.window, self.rope_scaling)
+        self.reading.refuse_length(length, what, advice)
+
+    def depth_from(self, embedding: Tensor) -> Depth:
+        """Attention Residuals: what the first layer reads over depth, `embedding` ([B, T, C]) alone,
+        to which each sublayer's output is added (Depth.add) as this model adds them. The forward
+        pass starts from it; the trace's logit lens and patching rebuild a pass's depth with it."""
+        return Depth.start(embedding, self.per_block, self.cfg.norm_eps, self.layers)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -374,18 +349,28 @@ class MiniGPT(nn.Module):
         recorder: Recorder | None = None,
         cache: KVCache | None = None,
         last_only: bool = False,
+        reading: Reading | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """ids [B, T] -> logits [B, T, V], and the mean cross-entropy in nats when targets are given.
         `last_only` computes the last block past its attention, the final norm and the head for the
         last position alone ([B, 1, V]): all that sampling reads (every block's keys and values are
-        still computed for every position)."""
+        still computed for every position). `reading`: how the model is read in this pass (Reading),
+        by default its default reading (`read`); a cache must be filled under one reading."""
         if last_only and targets is not None:
             raise ValueError("last_only computes one position's logits; the loss needs all of them")
+        # rope's tables for a reading other than the default (whose tables the blocks hold)
+        positions = None
+        if reading is None:
+            reading = self.reading
+        elif reading is not self.reading:
+            self._own(reading)
+            if self.cfg.positions == "rope":
+                positions = self.positions_for(reading)
         start = cache.length if cache is not None else 0
         T = ids.shape[1]
         # A shape check, no host sync: the position table has no row past `context`.
         what = f"the sequence ({start} cached + {T} new)" if start else "the sequence"
-        self.check_length(start + T, what)
+        reading.refuse_length(start + T, what)
         tap = recorder.record if recorder is not None else _untapped
         x = self.token_table(ids)  # E[ids]: [B, T, C]
         if self.cfg.positions == "learned":
@@ -394,18 +379,20 @@ class MiniGPT(nn.Module):
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)
         if self.cfg.residual == "attention":  # the blocks pass on what each sublayer wrote (depth.py)
-            x = Depth.start(x, self.per_block, self.cfg.norm_eps, self.layers)
+            x = self.depth_from(x)
         last = len(self.blocks) - 1
+        read = {} if positions is None else {"positions": positions}  # a learner's Block takes no positions
         recomputed = self.recompute and self.training and torch.is_grad_enabled() and recorder is None
         for i, block in enumerate(self.blocks):
             if recomputed and cache is None:  # the dropout masks drawn again the same (RNG state kept)
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, use_reentrant=False, **read)
                 continue
             x = block(
                 x,
                 recorder.scoped(stages.block_prefix(i)) if recorder is not None else None,
                 cache.layers[i] if cache is not None else None,
                 last_only and i == last,
+                **read,
             )
         if isinstance(x, Depth):  # h = the final query's mix over depth
             x = tap(stages.FINAL_READ, self.final_depth(x, recorder, stages.FINAL_DEPTH_WEIGHTS))

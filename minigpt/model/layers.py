@@ -100,12 +100,13 @@ class CausalSelfAttention(nn.Module):
     h // (n_head / n_kv_head): a group of adjacent query heads shares one, as transformers' Llama does."""
 
     def __init__(self, cfg: ModelConfig, positions: Rotary | Alibi | None = None):
-        """`positions`: the model's rope or ALiBi tables (positions.py), shared by every block; None
-        for learned positions (added to the stream before block 0) or none."""
+        """`positions`: the model's rope or ALiBi tables (positions.py) as its default reading reads
+        them, shared by every block; None for learned positions (added to the stream before block 0)
+        or none."""
         super().__init__()
         self.positions = positions
         self.n_head, self.n_kv_head = cfg.n_head, cfg.kv_heads
-        self.head_width = cfg.head_size
+        self.head_width = cfg.head_size  # d: [model] head_width, or n_embd / n_head where that is 0
         # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path. Its
         # rows: n_head query heads, then n_kv_head key heads, then n_kv_head value heads, d rows each.
         inner = self.n_head * self.head_width
@@ -114,17 +115,24 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
 
     def forward(
-        self, x: Tensor, recorder: Recorder | None = None, cache: LayerCache | None = None, last_only: bool = False
+        self,
+        x: Tensor,
+        recorder: Recorder | None = None,
+        cache: LayerCache | None = None,
+        last_only: bool = False,
+        positions: Rotary | None = None,
     ) -> Tensor:
         """x: [B, T, C] -> [B, T, C]; with `last_only`, the last position's row alone ([B, 1, C]),
-        which still reads every key and value (and stores them all in the cache)."""
+        which still reads every key and value (and stores them all in the cache). `positions`:
+        rope's tables for a reading other than the model's default (whose tables it holds)."""
         B, T, C = x.shape  # batch, new positions, width
         H, K, d = self.n_head, self.n_kv_head, self.head_width
         qkv = self.qkv(x)  # x [W_Q | W_K | W_V] + b: [B, T, (H + 2K) d]
         # Q, K, V, each split into heads [B, heads, T, d]: head h reads coordinates h*d .. (h+1)*d - 1
         # of its part (views and permutes, no copy)
         past = cache.length if cache is not None else 0  # the absolute position of this x's first row
-        rotary = self.positions if isinstance(self.positions, Rotary) else None
+        positions = self.positions if positions is None else positions
+        rotary = positions if isinstance(positions, Rotary) else None
         if rotary is None and H == K:
             q, k, v = qkv.view(B, T, 3, H, d).permute(2, 0, 3, 1, 4).unbind(0)
         elif rotary is None:
@@ -147,7 +155,7 @@ class CausalSelfAttention(nn.Module):
         grouped = {"enable_gqa": True} if K != H else {}
         # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
         # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
-        alibi = self.positions if isinstance(self.positions, Alibi) else None
+        alibi = positions if isinstance(positions, Alibi) else None
         if recorder is None and not _lowered_precision(x):
             if alibi is not None:  # the bias carries the causal mask (-inf past the query)
                 bias = alibi.bias(T, S, past, x.device, q.dtype)

@@ -38,7 +38,6 @@ import math
 import torch
 from torch import Tensor
 
-from ..errors import MinigptError
 from ..rope_scaling import SCALING_KINDS, RopeScaling, parse_rope_scaling, spelled
 
 # the rules as text live in rope_scaling.py (no torch: config.py reads them); named here too, where
@@ -116,28 +115,28 @@ def _llama3(inv_freq: Tensor, s: RopeScaling, original: int) -> Tensor:
 
 
 class Rotary:
-    """One model's rotation tables, shared by its blocks: cos and sin [positions, d] (each pair's
-    angle repeated in both halves), computed once per length, device and dtype. `scaling` is a
-    reading choice (`MiniGPT.read_with`), never trained: changing it drops the tables."""
+    """One rope rule's rotation tables: cos and sin [positions, d] (each pair's angle repeated in both
+    halves), computed once per length, device and dtype. Its rule (`scaling`) is fixed when it is
+    made: a model makes one Rotary per rule its readings ask for (`MiniGPT.positions_for`), so two
+    readings never share tables. `set_scaling` is for a Rotary of one's own (a test's, a reference's)."""
 
-    def __init__(self, head_width: int, theta: float, context: int, float32_angles: bool = False):
+    def __init__(
+        self,
+        head_width: int,
+        theta: float,
+        context: int,
+        float32_angles: bool = False,
+        scaling: RopeScaling | None = None,
+    ):
         """`float32_angles`: compute the angles in float32 even for a float64 model, as transformers
         does for every model (an imported model's [model] rope_angles = "float32")."""
         self.head_width, self.theta, self.context = head_width, theta, context
         self.float32_angles = float32_angles
-        self.scaling: RopeScaling | None = None
+        self.scaling = scaling
         self._tables: dict = {}
         self._views: dict = {}
 
     def set_scaling(self, scaling: RopeScaling | None) -> None:
-        if scaling is not None and scaling.kind == "dynamic" and self.head_width < 4:
-            # its base is raised to d / (d - 2): no power at all for heads of width 2
-            raise MinigptError(
-                "the rope scaling rule {rule} (dynamic NTK) needs heads at least 4 wide, and this model's are "
-                "{width} wide; read it with linear, yarn or llama3 instead",
-                rule=str(scaling),
-                width=self.head_width,
-            )
         if scaling != self.scaling:
             self.scaling, self._tables = scaling, {}
 

@@ -21,6 +21,7 @@ imported for a run, its note (`learner_note`) says which, for the command to say
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,14 @@ import torch
 
 from ..config import Config, ModelConfig
 from ..device import autocast
-from ..errors import MinigptError
+from ..errors import MinigptError, Phrase
 from ..exercises.isolated import check_isolated
 from ..exercises.learner import describe, learner_path, raised_line, read_learner, shown_here
 from ..exercises.plug import parts_of
 from ..io import file_sha256
 from ..model.gpt import MiniGPT, Parts
 from .layout import EXERCISE_COPIES
+from .outputs import run_folder_around
 
 
 def copy_in_run(run_dir: Path, name: str) -> Path:
@@ -54,9 +56,11 @@ def learner_note(parts: Parts) -> str:
 # ---------------------------------------------------------------- training
 
 
-def training_parts(cfg: Config, payload: dict[str, Any] | None = None) -> Parts | None:
+def training_parts(cfg: Config, payload: dict[str, Any] | None = None, trust: bool = False) -> Parts | None:
     """The learner's module a run of `cfg` trains with (None without an exercise), refused unless its
-    file passes every check and, on a resume (`payload`), is the file the run was trained with."""
+    file passes every check and, on a resume (`payload`), is the file the run was trained with. A file
+    inside a run folder (a run's own copy, or one a folder handed over carries, which its config.toml
+    names) runs only with `trust`, as a reading's does."""
     name = cfg.model.exercise
     if name == "none":
         return None
@@ -70,11 +74,29 @@ def training_parts(cfg: Config, payload: dict[str, Any] | None = None) -> Parts 
     # Empty where the [model] came from another run (a fine-tune keeps its source's): exercises/NAME.py here.
     path = Path(cfg.train.exercise_file or learner_path(name)).resolve()
     if not path.is_file():
+        if cfg.train.init_from and not cfg.train.exercise_file:
+            raise MinigptError(
+                "the run {source} this fine-tunes was trained with exercise {name}, and its model holds the learner's "
+                "module, so the fine-tune trains with the learner's file {path}, which is not there; run it from "
+                "the folder that holds exercises/{name}.py, or name the file with {exercise_file}",
+                source=shown_here(Path(cfg.train.init_from)),
+                name=name,
+                path=shown_here(path),
+            )
         raise MinigptError(
             "{exercise} {name} trains with the learner's file {path}, and there is none; write it first (the "
             "exercise command's start writes a starter there), or name yours with {exercise_file}",
             name=name,
             path=shown_here(path),
+        )
+    inside = run_folder_around(path)
+    if inside is not None and not trust:
+        raise MinigptError(
+            "the learner's file {path} lies inside the run folder {run}: a run folder handed to you can carry code of "
+            "its own (its config.toml may name it), and training with the file would run it; train with your own "
+            "file ({exercise_file} FILE), or read this one and, to run it, pass {trust_exercise:on}",
+            path=shown_here(path),
+            run=shown_here(inside),
         )
     recorded = (payload or {}).get("exercise")
     if recorded is not None and file_sha256(path) != recorded["sha256"]:
@@ -195,22 +217,36 @@ def _learners_own(record: dict[str, Any], run_dir: Path) -> Path:
     """The recorded file, when it is the learner's own as training left it; else refused by name."""
     recorded, run_dir = Path(record["file"]), Path(run_dir).resolve()
     copy = copy_in_run(run_dir, record["name"])
+    would_run = _trusted_file(record, run_dir)  # what the flag would run: the file a refusal names
     if not recorded.is_absolute():
         raise MinigptError(
             "the run {run_dir} records its learner's file as {path}, a relative path, found from wherever the run "
-            "is read: reading the run would run that file's code, and a run runs without asking only the learner's "
-            "own file, at the absolute path it was trained with; read the file, and to run it, pass "
-            "{trust_exercise:on}",
+            "is read: reading the run would run that code, and a run runs without asking only the learner's own "
+            "file, at the absolute path it was trained with; {trusting}",
             run_dir=shown_here(run_dir),
             path=recorded,
+            trusting=_trusting(would_run),
         )
-    if recorded.resolve().is_relative_to(run_dir):
+    # Trained, a learner's file is recorded as its real path (resolved): a link, `..` or /proc/self
+    # on the way may lead anywhere, the run folder a reader is given included.
+    if os.path.realpath(recorded) != str(recorded):
         raise MinigptError(
-            "the run {run_dir} records its learner's file as {path}, inside the run folder: a folder handed to you "
+            "the run {run_dir} records its learner's file as {path}, which leads to {real}: training records the "
+            "file's own path, and a path through a link may lead into a folder handed to you; {trusting}",
+            run_dir=shown_here(run_dir),
+            path=recorded,
+            real=os.path.realpath(recorded),
+            trusting=_trusting(would_run),
+        )
+    inside = recorded.is_relative_to(run_dir) or run_folder_around(recorded) is not None
+    if inside:
+        raise MinigptError(
+            "the run {run_dir} records its learner's file as {path}, inside a run folder: a folder handed to you "
             "can carry code of its own, and reading the run would run it; a run runs without asking only the "
-            "learner's own file, outside the run folder; read the file, and to run it, pass {trust_exercise:on}",
+            "learner's own file, outside run folders; {trusting}",
             run_dir=shown_here(run_dir),
             path=shown_here(recorded),
+            trusting=_trusting(would_run),
         )
     if not recorded.is_file():
         raise MinigptError(
@@ -235,13 +271,35 @@ def _learners_own(record: dict[str, Any], run_dir: Path) -> Path:
     return recorded
 
 
-def _trusted(record: dict[str, Any], run_dir: Path) -> Path:
-    """Trusted: the recorded file (a relative one found from here), else the run folder's copy,
-    whichever is the file the run was trained with."""
+def _trusting(would_run: Path | None) -> Phrase:
+    """The end of a refusal of an untrusted file: which file the flag would run, or that none would."""
+    if would_run is None:
+        return Phrase(
+            "neither it nor the run folder's copy is the file it was trained with, so {trust_exercise:on} would run "
+            "nothing either; train the run again"
+        )
+    return Phrase(
+        "the file that would run is {would_run}: read it, and to run it, pass {trust_exercise:on}",
+        would_run=shown_here(would_run),
+    )
+
+
+def _trusted_file(record: dict[str, Any], run_dir: Path) -> Path | None:
+    """The file `trust_exercise` runs: the recorded file (a relative one found from here), else the run
+    folder's copy, whichever is the file the run was trained with (its sha256); None if neither is."""
     recorded, copy = Path(record["file"]), copy_in_run(run_dir, record["name"])
     for candidate in (recorded, copy):
         if candidate.is_file() and file_sha256(candidate) == record["sha256"]:
             return candidate
+    return None
+
+
+def _trusted(record: dict[str, Any], run_dir: Path) -> Path:
+    """Trusted: the recorded file, else the run folder's copy (`_trusted_file`)."""
+    found = _trusted_file(record, run_dir)
+    if found is not None:
+        return found
+    recorded, copy = Path(record["file"]), copy_in_run(run_dir, record["name"])
     raise MinigptError(
         "{trust_exercise:on}: neither the learner's file the run {run_dir} records ({path}) nor the run folder's "
         "copy ({copy}) is the file it was trained with (sha256 {then}...), and its weights belong to that code; "

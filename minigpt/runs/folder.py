@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -44,17 +45,23 @@ RUN_FILES = {CONFIG_FILE, TOKENIZER_FILE, CHECKPOINT_FILE, BEST_FILE, METRICS_FI
 RUN_FOLDERS = {EXERCISE_COPIES: "*.py", TENSORBOARD_FOLDER: "events.out.tfevents.*"}
 TEMPORARY = ".*.tmp"  # a file being written atomically (io.py), or one a killed writer left
 
-# What `create` writes before the first checkpoint: a folder holding only these (and temporary
-# files) is a run whose creation was cut short, not a run to protect.
+# What `create` writes before the first checkpoint, removed again when writing in place fails.
 UNFINISHED_RUN = {CONFIG_FILE, TOKENIZER_FILE, ORIGIN_FILE}
 
 
 def foreign_entry(run_dir: Path) -> str | None:
     """The first thing in `run_dir` that no run writes (its name; `exercises/notes.txt` inside one
-    of a run's folders), or None: a folder whose every entry is a run's."""
+    of a run's folders), or None: a folder whose every entry is a run's. A folder without a
+    checkpoint holds no run, so there every entry but a temporary file is foreign: a config.toml,
+    a tokenizer.json or an exercises/ffn.py there is the user's own, whatever its name."""
+    run = holds_run(run_dir)
     for entry in sorted(Path(run_dir).iterdir()):
         name = entry.name
-        if name in RUN_FILES and entry.is_file() or fnmatch(name, TEMPORARY) and entry.is_file():
+        if fnmatch(name, TEMPORARY) and not entry.is_symlink():  # a file being written, or a creation's folder
+            continue
+        if not run:
+            return name
+        if name in RUN_FILES and entry.is_file():
             continue
         if name not in RUN_FOLDERS or not entry.is_dir() or entry.is_symlink():
             return name
@@ -65,11 +72,9 @@ def foreign_entry(run_dir: Path) -> str | None:
 
 
 def holds_run(run_dir: Path) -> bool:
-    """Whether `run_dir` holds a run: a file a run writes beyond what a creation cut short leaves."""
-    run_dir = Path(run_dir)
-    return run_dir.is_dir() and any(
-        not fnmatch(p.name, TEMPORARY) and p.name not in UNFINISHED_RUN for p in run_dir.iterdir()
-    )
+    """Whether `run_dir` holds a run: its checkpoint, which every run has from its step 0 on (a run
+    is written whole, or in an empty folder, before anyone reads it: `create`)."""
+    return (Path(run_dir) / CHECKPOINT_FILE).is_file()
 
 
 def source_relation(out: Path, source: Path) -> str | None:
@@ -104,11 +109,25 @@ def check_out(run_dir: Path, force: bool, sources: Sequence[tuple[str, Path]] = 
                 what=what,
                 source=source,
             )
+    if run_dir.is_symlink():  # replacing it would replace the link, and leave the folder it names as it was
+        raise MinigptError(
+            "run folder {run_dir} is a symbolic link to {target}; give the folder itself as {out}",
+            run_dir=run_dir,
+            target=run_dir.resolve(),
+        )
     if run_dir.exists() and not run_dir.is_dir():
         raise MinigptError("run folder {run_dir} is a file; choose another {out}", run_dir=run_dir)
     if resume or not run_dir.is_dir():
         return
     foreign = foreign_entry(run_dir)
+    if foreign is not None and not holds_run(run_dir):
+        raise MinigptError(
+            "run folder {run_dir} holds {foreign} and no checkpoint.pt, so no run (a run holds its checkpoint from "
+            "step 0 on): what is there is not a run's to replace, and {force:on} replaces a run and nothing else; "
+            "choose another {out} (a new or empty folder), or empty this one yourself",
+            run_dir=run_dir,
+            foreign=foreign,
+        )
     if foreign is not None:
         raise MinigptError(
             "run folder {run_dir} holds {foreign}, which no run writes: it is not a run folder, and {force:on} "
@@ -189,8 +208,8 @@ def create(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, first_checkpoin
     in once its step-0 checkpoint is there (io.atomic_folder), so a failure here (a full disk) or
     a kill leaves the old run as it was, never a folder holding neither. Every check that can
     refuse has run before this (session.py), so nothing is written for a run that would be refused.
-    A folder holding no run (empty, or a creation cut short) is written in place, and what this
-    wrote is removed again on a failure."""
+    An empty folder is written in place (its parent may not be writable), and what this wrote is
+    removed again on a failure."""
     replacing = holds_run(run_dir)
 
     def fill(folder: Path) -> None:
@@ -199,15 +218,28 @@ def create(run_dir: Path, cfg: Config, tokenizer: TextTokenizer, first_checkpoin
     try:
         if run_dir.is_dir() and not replacing:
             remove_stale_temporaries(run_dir)
-            try:
-                fill(run_dir)
-            except OSError:
-                _remove_run_files(run_dir)
-                raise
+            _fill_in_place(run_dir, fill)
         else:
             atomic_folder(run_dir, fill)
     except OSError as exc:
         raise RunNotWritten(run_dir, exc, replacing) from None
+
+
+def _fill_in_place(run_dir: Path, fill: Callable[[Path], None]) -> None:
+    """An empty run folder filled: the files written in a temporary folder inside it, then moved into
+    place with the checkpoint last. A kill while they are written (the checkpoint's write takes the
+    time) leaves that temporary folder alone, which the next writer removes: never a config.toml
+    without its checkpoint, which could not be told from a user's own."""
+    staging = Path(tempfile.mkdtemp(prefix=".run.", suffix=".tmp", dir=run_dir))
+    try:
+        fill(staging)
+        for entry in sorted(staging.iterdir(), key=lambda p: p.name == CHECKPOINT_FILE):
+            os.replace(entry, run_dir / entry.name)
+    except BaseException:
+        _remove_run_files(run_dir)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _remove_run_files(run_dir: Path) -> None:
@@ -224,11 +256,15 @@ def _temporaries(run_dir: Path) -> list[Path]:
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Temporary files a killed writer left in the run folder (`.NAME.*.tmp`, see io.py): never
-    renamed into place, so never read; removed by the next writer, which holds the run's lock."""
+    """Temporary files a killed writer left in the run folder (`.NAME.*.tmp`, see io.py; a creation's
+    temporary folder, `_fill_in_place`): never renamed into place, so never read; removed by the next
+    writer, which holds the run's lock."""
     stale = _temporaries(run_dir)
     for path in stale:
-        path.unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return stale
 
 

@@ -43,8 +43,9 @@ from torch import Tensor
 from ..config import SampleConfig
 from ..model.cache import KVCache
 from ..model.fold import fold_norms, unfoldable
-from ..model.gpt import ContextTooLongError, MiniGPT, check_token_ids
+from ..model.gpt import MiniGPT, check_token_ids
 from ..model.hooks import hooked
+from ..model.reading import Reading
 from . import decoding
 
 # ----------------------------------------------------------------------------------------------
@@ -107,7 +108,7 @@ class Generation:
     """Iterate to get one `Step` per new token; once the iteration ends by itself, `stop_reason` is
     "max_new_tokens" or "context_limit" (a caller that stops early, e.g. on stop text, knows why).
     It draws as the [sample] section `settings` says; the prompt (its batch) and the stop text are
-    the caller's."""
+    the caller's. The model is read as `reading` says (Reading)."""
 
     def __init__(
         self,
@@ -118,8 +119,13 @@ class Generation:
         use_cache: bool,
         fast_path: bool = True,
         writable: int | None = None,
+        reading: Reading | None = None,
     ):
         self.model, self.prompt, self.settings = model, prompt, settings
+        self.reading = model.reading if reading is None else reading
+        # what each pass is handed: nothing for the model's default reading (its copies below read
+        # the same by default), else the reading itself
+        self._read = {} if self.reading == model.reading else {"reading": self.reading}
         self.writable = writable  # ids 0 .. writable - 1 only: a padded model's extra rows are never drawn
         self.generator, self.use_cache, self.fast_path = generator, use_cache, fast_path
         self.stop_reason: str | None = None
@@ -143,9 +149,9 @@ class Generation:
             if self._window_runtime is None:
                 from .onnx_window import WindowRuntime  # the onnx extra: imported only when chosen
 
-                self._window_runtime = WindowRuntime(model, window.shape[0])
+                self._window_runtime = WindowRuntime(model, window.shape[0], self.reading)
             return self._window_runtime(window)
-        return model(window, last_only=True)[0][:, -1]
+        return model(window, last_only=True, **self._read)[0][:, -1]
 
     def _decoding_model(self, steps: int) -> MiniGPT:
         """The model the cached steps run: its decoding copy (decoding.py: each matrix stored the way a
@@ -159,7 +165,7 @@ class Generation:
         model, s = self.model, self.settings
         # the longest window the model reads (None: the whole text, read past its trained length on
         # purpose), and how long its KV cache stays valid
-        window, reach = model.window, model.cache_reach
+        window, reach = self.reading.window, self.reading.cache_reach
         batch, length = self.prompt.shape
         with torch.inference_mode():
             # One buffer for the whole text, written in place: no concatenation per token.
@@ -178,7 +184,8 @@ class Generation:
                     if self._decoder is None:  # chosen by how many steps will read the cache
                         left = s.max_new_tokens - index
                         self._decoder = self._decoding_model(left if reach is None else min(left, reach - length + 1))
-                    logits = self._decoder(text[:, cache.length : length], cache=cache, last_only=True)[0][:, -1]
+                    new = text[:, cache.length : length]
+                    logits = self._decoder(new, cache=cache, last_only=True, **self._read)[0][:, -1]
                 else:
                     # past the table every position moves: recompute the last `window` (with rope's
                     # dynamic rule every key turns with the length: recompute the whole text)
@@ -204,6 +211,7 @@ def generate(
     use_cache: bool = True,
     fast_path: bool = True,
     writable: int | None = None,
+    reading: Reading | None = None,
 ) -> Generation:
     """Continue `prompt_ids` ([T] ids, or a [B, T] tensor) as the [sample] section `settings` says:
     up to `max_new_tokens` tokens, as `num_samples` rows of one batch (a [T] prompt is repeated; a
@@ -216,8 +224,8 @@ def generate(
     `runtime = "onnxruntime"` runs the full windows past the table on onnxruntime (onnx_window.py).
     `writable`: how many ids the tokenizer can write, when the model has more rows than that
     (nanoGPT pads GPT-2's 50,257 ids to 50,304 rows): only those ids are ever drawn, the
-    distribution normalised over them. The model should be in eval mode (dropout would make every
-    run differ).
+    distribution normalised over them. `reading`: how the model is read (Reading; by default its
+    default reading). The model should be in eval mode (dropout would make every run differ).
     """
     device = next(model.parameters()).device
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
@@ -227,14 +235,16 @@ def generate(
         raise ValueError(f"prompt_ids must be a non-empty [T] or [B, T] sequence, got shape {list(prompt.shape)}")
     if settings.max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be at least 0, got {settings.max_new_tokens}")
+    reading = model.reading if reading is None else reading
     # Refused, never cropped: cropping silently would hide the problem.
-    model.check_length(
+    reading.refuse_length(
         prompt.shape[1],
         "the prompt",
         "shorten the prompt (e.g. keep its end; it is never cropped), or train a model with a larger [model] context",
     )
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
-    _check_sliding_window(model, prompt.shape[1], settings)
+    # a text that would grow past a sliding window: refused before the first token, not partway
+    reading.refuse_sample(prompt.shape[1], settings.max_new_tokens, settings.slide)
     return Generation(
         model,
         prompt.contiguous(),
@@ -243,32 +253,8 @@ def generate(
         use_cache,
         fast_path,
         writable=writable if writable is not None and writable < model.vocab_size else None,
+        reading=reading,
     )
-
-
-def _check_sliding_window(model: MiniGPT, prompt_length: int, s: SampleConfig) -> None:
-    """Refuse, before any token is drawn, a sample whose text would grow past the model's sliding
-    window ([model] sliding_window): the forward pass would refuse it there, partway through. The
-    longest text read is the prompt and every new token but the last, at most the window the
-    sampler slides (`model.window`: None when read past the trained length, --extrapolate)."""
-    window = model.cfg.sliding_window
-    longest = prompt_length + s.max_new_tokens - 1
-    if model.window is not None:
-        longest = min(longest, model.window if s.slide else model.window - 1)
-    if window and longest > window:
-        # without --extrapolate the sampler reads at most the trained length (sliding, or stopping, there)
-        within = model.window is None and model.context <= window
-        raise ContextTooLongError(
-            "{max_new_tokens} {given} after a prompt of {length} tokens reads texts of up to {longest} tokens, but "
-            "this model attends within a sliding window of {window} ([model] sliding_window = {window}): past it "
-            "each position reads only the last {window} keys, which minigpt does not compute; so ask for at most "
-            "{most} new tokens, or shorten the prompt" + (", or drop {extrapolate:on}" if within else ""),
-            given=s.max_new_tokens,
-            length=prompt_length,
-            longest=longest,
-            window=window,
-            most=window - prompt_length + 1,
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,11 +361,13 @@ def complete(
     *,
     on_text: Callable[[str], None] | None = None,
     use_cache: bool = True,
+    reading: Reading | None = None,
 ) -> list[SampleResult]:
     """`settings.num_samples` continuations of `prompt` (an empty prompt is a newline), as the
     [sample] section `settings` says. With one sample, `on_text` is handed the text as it is
     produced: the prompt first, then every piece that can be shown (a split UTF-8 character or a
-    possible start of the stop text is held back until it is settled)."""
+    possible start of the stop text is held back until it is settled). `reading`: how the model is
+    read (by default its default reading)."""
     s = settings
     if s.runtime == "onnxruntime":
         from .onnx_window import require
@@ -387,7 +375,7 @@ def complete(
         require()  # a missing extra is refused before any token
     text = prompt if prompt else "\n"
     prompt_ids = tokenizer.encode(text)  # a char tokenizer names the characters it never saw
-    generation = generate(model, prompt_ids, s, use_cache=use_cache, writable=tokenizer.vocab_size)
+    generation = generate(model, prompt_ids, s, use_cache=use_cache, writable=tokenizer.vocab_size, reading=reading)
     samples = [CompletionText(tokenizer, s.stop) for _ in range(s.num_samples)]
     stream = on_text if s.num_samples == 1 else None
     if stream:
@@ -407,7 +395,7 @@ def complete(
         if all(sample.stopped for sample in samples):
             break
     end = time.perf_counter()
-    read_at_most = model.window or len(prompt_ids) + s.max_new_tokens
+    read_at_most = generation.reading.window or len(prompt_ids) + s.max_new_tokens
     results = []
     for sample in samples:
         tail = sample.finish()
@@ -423,7 +411,7 @@ def complete(
                 stop_reason="stop_text" if sample.stopped else generation.stop_reason,
                 seconds=(sample.finished_at or end) - start,
                 trained_length=model.context,
-                # every token but the last one drawn was read, in windows of at most model.window
+                # every token but the last one drawn was read, in windows of at most the reading's window
                 longest_read=min(len(prompt_ids) + len(sample.ids) - 1, read_at_most),
             )
         )

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..errors import MinigptError
 from ..model.gpt import MiniGPT
+from ..model.reading import Reading
 from ..text.token_cache import cache_root
 
 EXTRA = 'pip install "minigpt[onnx]"  (or: pip install onnxruntime onnxscript onnx)'
@@ -55,17 +56,18 @@ def require() -> None:
 class _LastScores(torch.nn.Module):
     """What the torch path computes for a full window: the last position's scores."""
 
-    def __init__(self, model: MiniGPT):
+    def __init__(self, model: MiniGPT, reading: Reading):
         super().__init__()
-        self.model = model
+        self.model, self.reading = model, reading
 
     def forward(self, ids: Tensor) -> Tensor:
-        return self.model(ids, last_only=True)[0][:, -1]
+        return self.model(ids, last_only=True, reading=self.reading)[0][:, -1]
 
 
-def _key(model: MiniGPT, samples: int) -> str:
+def _key(model: MiniGPT, samples: int, reading: Reading) -> str:
     # the rope scaling it is read with turns the keys and queries: part of what the graph computes
-    what = (FORMAT, torch.__version__, samples, model.context, model.cfg, str(model.rope_scaling))
+    # (the model's own rule is its [model] section's)
+    what = (FORMAT, torch.__version__, samples, model.context, model.cfg, str(reading.user_rule))
     digest = hashlib.sha256(repr(what).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
@@ -73,7 +75,7 @@ def _key(model: MiniGPT, samples: int) -> str:
     return digest.hexdigest()[:32]
 
 
-def _export(model: MiniGPT, samples: int, path: Path) -> None:
+def _export(model: MiniGPT, samples: int, reading: Reading, path: Path) -> None:
     """Trace and write the graph to `path`, whole or not at all (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     ids = torch.zeros(samples, model.context, dtype=torch.long)
@@ -88,7 +90,7 @@ def _export(model: MiniGPT, samples: int, path: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                _LastScores(model).eval(),
+                _LastScores(model, reading).eval(),
                 (ids,),
                 temporary,
                 input_names=["ids"],
@@ -106,11 +108,12 @@ def _export(model: MiniGPT, samples: int, path: Path) -> None:
 
 
 class WindowRuntime:
-    """The window's forward of `model` (the folded copy) for `samples` rows, on onnxruntime with
-    as many threads as torch has been given (one for a single sample)."""
+    """The window's forward of `model` (the folded copy) read as `reading` says, for `samples` rows,
+    on onnxruntime with as many threads as torch has been given (one for a single sample)."""
 
-    def __init__(self, model: MiniGPT, samples: int):
+    def __init__(self, model: MiniGPT, samples: int, reading: Reading | None = None):
         require()
+        reading = model.reading if reading is None else reading
         import onnxruntime
 
         if next(model.parameters()).device.type != "cpu":
@@ -119,10 +122,10 @@ class WindowRuntime:
                 '"torch" there',
                 device=next(model.parameters()).device,
             )
-        path = cache_root() / "onnx" / f"{_key(model, samples)}.onnx"
+        path = cache_root() / "onnx" / f"{_key(model, samples, reading)}.onnx"
         if not path.is_file():
             with torch.inference_mode(False), torch.no_grad():
-                _export(model, samples, path)
+                _export(model, samples, reading, path)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1

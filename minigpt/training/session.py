@@ -23,14 +23,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import memory
 from ..config import Config
-from ..device import autocast, check_dtype, default_threads, pick_device, pick_precision, use_threads
+from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
 from ..errors import MinigptError
 from ..model import lora
 from ..model.gpt import MiniGPT, Parts, check_context
@@ -41,7 +40,7 @@ from ..text import sources
 from ..text.corpus import Batches, Corpus, load_corpus
 from ..text.examples import ExampleBatches, Examples
 from ..text.tokenizer import TextTokenizer
-from . import distributed, threads
+from . import checks, distributed, threads
 from .distributed import RankLost, World
 from .optimizers import Optimizers, chosen_optimizer, make_optimizer
 from .starting import Origin, model_rows, restore_rng_states, rng_states, starting_point
@@ -60,10 +59,11 @@ class TrainingSession:
         *,
         resume: bool = False,
         force: bool = False,
+        trust_exercise: bool = False,
         preparing: Callable[[str], ContextManager] = lambda message: nullcontext(),
         progress: Callable[[str, int], ContextManager] | None = None,
     ):
-        self.config, self.resume, self.force = config, resume, force
+        self.config, self.resume, self.force, self.trust_exercise = config, resume, force, trust_exercise
         self.preparing, self.progress = preparing, progress
         self.world: World | None = None
         self.session: Session | None = None
@@ -77,7 +77,9 @@ class TrainingSession:
         self.world = distributed.from_environment()
         try:
             cfg = distributed.agree(self.world, self.config) if callable(self.config) else self.config
-            self.session = _open(cfg, self.resume, self.force, self.preparing, self.progress, self.world)
+            self.session = _open(
+                cfg, Asked(self.resume, self.force, self.trust_exercise), self.preparing, self.progress, self.world
+            )
         except BaseException as exc:
             self._leave(exc)
             raise
@@ -250,10 +252,19 @@ def build(
     )
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What the user asked of the run folder and of a learner's file: continue the run, replace it,
+    run an exercise file that lies inside a run folder."""
+
+    resume: bool = False
+    force: bool = False
+    trust_exercise: bool = False
+
+
 def _open(
     cfg: Config,
-    resume: bool,
-    force: bool,
+    asked: Asked,
     preparing: Callable[[str], ContextManager],
     progress: Callable[[str, int], ContextManager] | None,
     world: World,
@@ -270,12 +281,12 @@ def _open(
         def check_and_prepare() -> Session:
             if run_dir.parent.is_dir():
                 lock.acquire()
-            folder.check_writable(run_dir, resume, force, read_sources(cfg))
-            return _prepare(cfg, resume, preparing, progress, world)
+            folder.check_writable(run_dir, asked.resume, asked.force, checks.read_sources(cfg))
+            return _prepare(cfg, asked, preparing, progress, world)
 
         session = distributed.agree(world, check_and_prepare if world.is_main else lambda: None)
         if world.distributed:
-            session = _join(session, cfg, resume, world)
+            session = _join(session, cfg, asked, world)
         distributed.agree(world, lambda: _open_folder(session, lock) if world.is_main else None)
     except BaseException:
         if lock is not None:
@@ -293,7 +304,7 @@ def rank_device(name: str, world: World) -> str:
     return f"cuda:{world.local_rank}" if world.distributed and device.startswith("cuda") else device
 
 
-def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> Session:
+def _join(session: Session | None, cfg: Config, asked: Asked, world: World) -> Session:
     """The other ranks build the session rank 0 prepared. Rank 0 sends its tokenizer, the names and
     sha256s of its training files and its starting state (a checkpoint payload), so no other rank
     reads the run folder, fits a tokenizer or needs rank 0's files: another machine needs only the
@@ -322,8 +333,9 @@ def _join(session: Session | None, cfg: Config, resume: bool, world: World) -> S
             )
         here = replace(cfg, model=model, tokenizer=tokenizer)  # a fine-tune's, from the run it starts from
         corpus = load_corpus(here, tokenizer=TextTokenizer.from_str(tokenizer_json), same_as=files)
-        joined = _build_checked(here, corpus, payload, world, parts=exercises.training_parts(here, payload))
-        joined.resumed = resume
+        parts = exercises.training_parts(here, payload, asked.trust_exercise)
+        joined = _build_checked(here, corpus, payload, world, parts=parts)
+        joined.resumed = asked.resume
         joined.origin = Origin(**payload["origin"]) if "origin" in payload else None
         return joined
 
@@ -341,18 +353,19 @@ def shared_settings(cfg: Config) -> dict[str, dict[str, Any]]:
 
 def _prepare(
     cfg: Config,
-    resume: bool,
+    asked: Asked,
     preparing: Callable[[str], ContextManager],
     progress: Callable[[str, int], ContextManager] | None,
     world: World = World(),
 ) -> Session:
     """Every check, the corpus and the built session; nothing in the run folder is touched."""
-    start = starting_point(cfg, resume)
+    start = starting_point(cfg, asked.resume)
     cfg, payload, origin, weights, tokenizer = start.cfg, start.payload, start.origin, start.weights, start.tokenizer
+    checks.check_trainable(cfg)
     tc = cfg.train
     # A learner's module (an exercise): refused unless its file passes every check (and, resumed, is
     # unchanged), before the text is prepared.
-    parts = exercises.training_parts(cfg, payload)
+    parts = exercises.training_parts(cfg, payload, asked.trust_exercise)
 
     notes: list[str] = [] if parts is None else [exercises.learner_note(parts)]  # which learner's file runs
     with preparing(f"preparing {sources.describe(tc.data)} (tokenizer and token ids) ..."):
@@ -427,38 +440,8 @@ def _build_checked(
             session.threads = cores
     # A learner's module, first: at the run's batch, forward and backward, said as its file's fault.
     exercises.try_training_batch(session.model, session.val_windows, cfg.train.batch_size, session.precision)
-    check_first_pass(session)
+    checks.check_first_pass(session.model, session.val_windows, session.precision)
     return session
-
-
-def check_first_pass(session: Session) -> None:
-    """One forward pass of the widest validation row, as the first step and evaluation will make,
-    before anything is written: what a model refuses (or fails at) only when it runs, such as a row
-    longer than its sliding window or a rope scaling it cannot compute, stops the run here, with its
-    folder untouched, not after a step-0 checkpoint has replaced the run that was there. In eval
-    mode, without gradients and with the RNG states put back, so the run computes what it would have."""
-    x, y = max(session.val_windows, key=lambda batch: batch[0].shape[1])
-    model = session.model
-    training = model.training
-    model.eval()
-    try:
-        with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []), torch.no_grad():
-            with autocast(session.device, session.precision):
-                model(x[:1], y[:1])
-    finally:
-        model.train(training)
-
-
-def read_sources(cfg: Config) -> list[tuple[str, Path]]:
-    """What a new run reads, which its folder must neither be, hold nor lie inside: the run it
-    fine-tunes, its training text (files and folders), the learner's file of its exercise."""
-    tc = cfg.train
-    found = [("the run it starts from", Path(tc.init_from))] if tc.init_from else []
-    if tc.task == "none":
-        found += [("the training data", Path(path)) for path in sources.entries(tc.data)]
-    if cfg.model.exercise and tc.exercise_file:
-        found.append(("the exercise's file", Path(tc.exercise_file)))
-    return found
 
 
 def _open_folder(session: Session, lock: RunLock) -> None:
