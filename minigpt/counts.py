@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from .config import ModelConfig
+from .config import ModelConfig, Residual
 
 # The symbols a formula is written in, in the order it lists them.
 TERMS = ("D²", "Dd", "DF", "VD", "context·D", "TD", "Td", "F", "D", "d")
@@ -156,13 +156,15 @@ class Counts:
 def sizes_of(cfg: ModelConfig, vocab_size: int, positions: int | None = None) -> Sizes:
     """The symbols' values for a model; `positions` (T) defaults to its context."""
     T = cfg.context if positions is None else positions
-    return Sizes(cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, T, cfg.head_size if grouped_attention(cfg) else 0)
+    return Sizes(
+        cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, T, cfg.resolved_head_width if grouped_attention(cfg) else 0
+    )
 
 
 def grouped_attention(cfg: ModelConfig) -> bool:
     """Whether attention's matrices are written in Dd, not D²: grouped-query attention (fewer key and
     value heads than query heads), or heads whose widths do not add up to D."""
-    return cfg.kv_heads != cfg.n_head or cfg.n_head * cfg.head_size != cfg.n_embd
+    return cfg.kv_heads != cfg.n_head or cfg.n_head * cfg.resolved_head_width != cfg.n_embd
 
 
 def attention_formulas(cfg: ModelConfig) -> dict[str, tuple[Formula, str]]:
@@ -203,7 +205,7 @@ def depth_reads(cfg: ModelConfig) -> list[int]:
     read over depth weighs, in the pass's order (every sublayer's read, then the final norm's): the
     embedding, each finished group's sum, and its own group's sum so far once it has one. Empty for
     a model with a residual stream, or without one."""
-    if cfg.residual != "attention":
+    if cfg.residual_kind is not Residual.ATTENTION:
         return []
     layers, per_group = cfg.layers, cfg.layers_per_residual_block
     reads = []
@@ -218,7 +220,7 @@ def parameter_counts(cfg: ModelConfig, vocab_size: int) -> Counts:
     with Attention Residuals, each sublayer's pseudo-query (D) and the final norm's."""
     bias = 1 if cfg.biased("W1") else 0  # the FFN's: bias, or ffn_bias
     norm, norm_says = norm_formula(cfg)
-    depth = cfg.residual == "attention"
+    depth = cfg.residual_kind is Residual.ATTENTION
     block = [Part("depth1.query", Formula.of(D=1), "attention's read over depth")] if depth else []
     block += [Part("norm1", norm, norm_says)] if norm.terms else []
     for name, (formula, says) in attention_formulas(cfg).items():

@@ -35,7 +35,7 @@ def block_row_elements(cfg: ModelConfig) -> int:
     """The numbers a block holds per position in its width-sized rows (`width_rows`), with q, k and v
     as wide as they are: n_head d for the queries and n_kv_head d each for the keys and values
     (grouped-query attention's are narrower), D each otherwise."""
-    d = cfg.head_size
+    d = cfg.resolved_head_width
     return (width_rows(cfg.residual) - 3) * cfg.n_embd + (cfg.n_head + 2 * cfg.kv_heads) * d
 
 
@@ -66,7 +66,7 @@ def reading_bytes(cfg: ModelConfig, vocab_size: int) -> int:
     peaked at 2.05 GiB resident (the interpreter and torch's libraries included), 1.6 GiB estimated."""
     width = DTYPE_BYTES[cfg.dtype]
     positions = min(cfg.context, READ_WINDOW)
-    cache = 2 * cfg.n_layer * positions * cfg.kv_heads * cfg.head_size * width
+    cache = 2 * cfg.n_layer * positions * cfg.kv_heads * cfg.resolved_head_width * width
     window = forward_bytes(cfg, vocab_size, positions)
     return 2 * parameter_count(cfg, vocab_size) * width + cache + window + MARGIN
 
@@ -131,7 +131,7 @@ def training_bytes(
 def lora_parameter_count(cfg: ModelConfig, rank: int, targets: str) -> int:
     """The adapters' parameters: r (in + out) per targeted matrix per block (qkv's out is its
     (n_head + 2 n_kv_head) d rows, out's in the n_head d columns of the joined heads)."""
-    C, F, d = cfg.n_embd, cfg.ffn_hidden, cfg.head_size
+    C, F, d = cfg.n_embd, cfg.ffn_hidden, cfg.resolved_head_width
     widen = 2 if cfg.activation == "swiglu" else 1
     heads = cfg.n_head * d
     shapes = {"qkv": (C, heads + 2 * cfg.kv_heads * d), "out": (heads, C), "W1": (C, widen * F), "W2": (F, C)}

@@ -276,3 +276,17 @@ def test_absolute_data_path_is_kept(tmp_path):
     target = tmp_path / "abs" / "corpus.txt"
     path = write_config(tmp_path, f'[train]\ndata = "{target.as_posix()}"\n')
     assert Path(load_config(path).train.data) == target
+
+
+def test_what_the_model_keys_mean_is_read_as_what_it_is():
+    """`residual` keeps its TOML values (true, false, "attention") and `head_width` its 0 for
+    "derived", so every run's config and hash stay; the model reads them resolved."""
+    from minigpt.config import ModelConfig, Residual
+
+    assert [ModelConfig(residual=value).residual_kind for value in (True, False, "attention")] == [
+        Residual.SUM,
+        Residual.NONE,
+        Residual.ATTENTION,
+    ]
+    assert ModelConfig(n_embd=16, n_head=2).resolved_head_width == 8  # head_width = 0: n_embd / n_head
+    assert ModelConfig(n_embd=16, n_head=2, head_width=6).resolved_head_width == 6

@@ -199,7 +199,7 @@ def reference(cfg: ModelConfig, weights: dict[str, torch.Tensor], ids: list[int]
 def test_the_configs_are_what_they_say(run):
     cfg = run.model.cfg
     attention = run.model.blocks[0].attention
-    H, K, d = cfg.n_head, cfg.kv_heads, cfg.head_size
+    H, K, d = cfg.n_head, cfg.kv_heads, cfg.resolved_head_width
     assert attention.qkv.weight.shape == (H * d + 2 * K * d, cfg.n_embd)
     assert attention.out.weight.shape == (cfg.n_embd, H * d)
     assert (attention.qkv.bias is not None) == (cfg.bias or cfg.qkv_bias)
@@ -219,12 +219,12 @@ def test_logits_and_every_recorded_stage_agree_with_the_reference(run):
         assert (trace.whole(b, "attention_weights") - own["attention_weights"]).abs().max() < TOLERANCE
         assert (trace.whole(b, "heads") - own["heads"]).abs().max() < TOLERANCE
         if cfg.positions == "rope":  # [H, T, d] and [K, T, d]: the keys are the kv heads' alone
-            assert trace.whole(b, "rotated_key").shape == (cfg.kv_heads, len(IDS), cfg.head_size)
+            assert trace.whole(b, "rotated_key").shape == (cfg.kv_heads, len(IDS), cfg.resolved_head_width)
             assert (trace.whole(b, "rotated_query") - own["rotated_query"]).abs().max() < TOLERANCE
             assert (trace.whole(b, "rotated_key") - own["rotated_key"]).abs().max() < TOLERANCE
             data = trace.as_dict()["blocks"][b]
-            assert data["rotated_shape"] == [1, cfg.n_head, len(IDS), cfg.head_size]
-            assert data["rotated_key_shape"] == [1, cfg.kv_heads, len(IDS), cfg.head_size]
+            assert data["rotated_shape"] == [1, cfg.n_head, len(IDS), cfg.resolved_head_width]
+            assert data["rotated_key_shape"] == [1, cfg.kv_heads, len(IDS), cfg.resolved_head_width]
         # the JSON's weights at the traced position: one row per query head
         assert len(trace.blocks[b].attention_weights) == cfg.n_head
 
@@ -316,7 +316,7 @@ def test_sampling_with_the_kv_cache_writes_what_recomputing_writes(run):
     cache = KVCache(model.cfg.n_layer, 16)
     with torch.no_grad():
         model(torch.tensor([IDS]), cache=cache)
-    assert cache.layers[0].keys.shape == (1, model.cfg.kv_heads, 16, model.cfg.head_size)
+    assert cache.layers[0].keys.shape == (1, model.cfg.kv_heads, 16, model.cfg.resolved_head_width)
 
 
 def test_the_folded_copy_computes_what_the_model_computes(run):
@@ -331,7 +331,7 @@ def test_each_counted_part_is_its_tensors_and_they_add_up_to_num_parameters(run)
     counts = parameter_counts(cfg, model.vocab_size)
     named = {p.name: counts.count(p) for p in counts.block}
     attention = model.blocks[0].attention
-    H, K, d = cfg.n_head, cfg.kv_heads, cfg.head_size
+    H, K, d = cfg.n_head, cfg.kv_heads, cfg.resolved_head_width
     rows = {"W_Q": slice(0, H * d), "W_K": slice(H * d, (H + K) * d), "W_V": slice((H + K) * d, None)}
     for name, part in rows.items():
         bias = attention.qkv.bias[part].numel() if attention.qkv.bias is not None else 0
@@ -350,7 +350,7 @@ def test_info_counts_the_model_s_real_parameters(run):
     assert parameters["total"] == parameters["num_parameters"] == real
     text = CliRunner().invoke(app, ["info", "--run", str(run.path)]).stdout
     assert "the total equals num_parameters()" in text
-    assert f"d = {run.model.cfg.head_size} (a head's width)" in text
+    assert f"d = {run.model.cfg.resolved_head_width} (a head's width)" in text
 
 
 def test_trace_names_the_kv_head_each_query_head_reads(run):

@@ -339,7 +339,7 @@ def test_inverse_frequencies_are_transformers_bit_for_bit(make, tmp_path, rule):
     for length in lengths:
         seq_len = None if length is None else torch.tensor(length)  # a tensor, as transformers' forward passes it
         theirs, their_factor = rope_utils.ROPE_INIT_FUNCTIONS[RULES[rule]["rope_type"]](config, None, seq_len=seq_len)
-        ours, our_factor = inverse_frequencies(m.head_size, m.rope_theta, scaling, m.context, length or 1)
+        ours, our_factor = inverse_frequencies(m.resolved_head_width, m.rope_theta, scaling, m.context, length or 1)
         assert torch.equal(ours, theirs), (rule, length)
         assert our_factor == their_factor
 

@@ -21,7 +21,14 @@ from .exercise import with_exercise
 from .fields import spec, toml_value
 from .keys import checked_override, parse_override
 from .loading import load_config, model_config_from, read_config, resolved, updated
-from .model import EXERCISE_MODEL, EXERCISES_WITH_FFN, LATER_MODEL_KEYS, ModelConfig, model_section_differences
+from .model import (
+    EXERCISE_MODEL,
+    EXERCISES_WITH_FFN,
+    LATER_MODEL_KEYS,
+    ModelConfig,
+    Residual,
+    model_section_differences,
+)
 from .sample import SampleConfig
 from .sections import PATH_KEYS, PATH_LISTS, SECTIONS, Config, Given
 from .shipped import DEFAULT_CONFIG, DEFAULT_CORPUS, PROJECT_ROOT
@@ -48,6 +55,7 @@ __all__ = [
     "CrossCheck",
     "Given",
     "ModelConfig",
+    "Residual",
     "SampleConfig",
     "TokenizerConfig",
     "TrainConfig",

@@ -65,8 +65,8 @@ MODEL_CHECKS: tuple[CrossCheck, ...] = (
         '[model] positions = "rope" with heads of width {value} (head_width, or n_embd / n_head) is refused: rope '
         "rotates a head's coordinates in pairs, so a head's width must be even; choose n_embd and n_head so that "
         "n_embd / n_head is even, or an even head_width",
-        lambda m: m.positions == "rope" and m.head_size % 2,
-        value=lambda m: m.head_size,
+        lambda m: m.positions == "rope" and m.resolved_head_width % 2,
+        value=lambda m: m.resolved_head_width,
     ),
     CrossCheck(
         '[model] exercise = "{exercise}" with n_kv_head or head_width set is refused: the exercise\'s attention has '

@@ -8,6 +8,7 @@ Attention Residuals counts), so no module derives them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from .fields import spec
@@ -23,6 +24,17 @@ EXERCISE_MODEL: dict[str, dict[str, Any]] = {
     "swiglu": {"activation": "swiglu"},
 }
 EXERCISES_WITH_FFN = ("ffn", "block", "swiglu")
+
+
+class Residual(Enum):
+    """What the `residual` key (true, false or "attention", as TOML writes it) makes of each sublayer's
+    output: added to the stream (SUM, the chapter's x + sublayer(x)), the output alone (NONE, "Remove
+    it and watch"), or a learned mix over depth that each sublayer reads (ATTENTION, Attention
+    Residuals)."""
+
+    SUM = "sum"
+    NONE = "none"
+    ATTENTION = "attention"
 
 
 @dataclass
@@ -121,13 +133,20 @@ class ModelConfig:
     )
 
     @property
+    def residual_kind(self) -> Residual:
+        """The `residual` key as what it is (Residual); the key keeps its TOML values, so every run's
+        config and hash stay as they were."""
+        return {True: Residual.SUM, False: Residual.NONE, "attention": Residual.ATTENTION}[self.residual]
+
+    @property
     def kv_heads(self) -> int:
         """Key and value heads: n_kv_head, or n_head when it is 0 (multi-head attention)."""
         return self.n_kv_head or self.n_head
 
     @property
-    def head_size(self) -> int:
-        """d, the width of one attention head: head_width, or n_embd / n_head when it is 0."""
+    def resolved_head_width(self) -> int:
+        """d, the width of one attention head as the model builds it: the key head_width, or n_embd /
+        n_head where the key is 0 (derived)."""
         return self.head_width or self.n_embd // self.n_head
 
     def biased(self, part: str) -> bool:

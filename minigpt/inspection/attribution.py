@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..config import Residual
 from ..errors import MinigptError, Phrase
 from ..model import stages
 from ..model.gpt import MiniGPT
@@ -148,7 +149,7 @@ def check_decomposable(model: MiniGPT, interventions: Sequence[Intervention] = (
             "logits are not a sum of what each part wrote",
             given=model.cfg.norm_position,
         )
-    if model.cfg.residual is False:  # True: the stream; "attention": a mix over depth of the same parts
+    if model.cfg.residual_kind is Residual.NONE:  # SUM: the stream; ATTENTION: a mix over depth of the same parts
         raise MinigptError(
             "attribution needs the residual stream to reach the final norm as a sum of the parts; this model "
             "has no residual ([model] residual = false): each block's output is its last sublayer's alone, "
@@ -207,7 +208,7 @@ def attribute(
     last = len(model.blocks) - 1
     head = model.head.weight.detach().double()  # [V, C]
     direction = head[token] - (head[versus] if versus is not None else 0.0)  # w: [C]
-    depth = cfg.residual == "attention"
+    depth = cfg.residual_kind is Residual.ATTENTION
     # what enters the final norm: the stream after the last block, or (Attention Residuals) the final read
     entering = stages.FINAL_READ if depth else stages.block_name(last, stages.OUTPUT)
     stream = recorded[entering][0, p].double()
@@ -245,7 +246,7 @@ def attribute(
         parts.append(part("token", model.token_table.weight.detach()[trace.ids[p]].double(), 0))
         if cfg.positions == "learned":  # none, rope, alibi: no position row (rope, alibi: inside each head)
             parts.append(part("position", model.position_table.weight.detach()[p].double(), 0))
-    d = cfg.head_size  # head_width, or n_embd / n_head
+    d = cfg.resolved_head_width  # head_width, or n_embd / n_head
     sublayers = 2 if cfg.ffn_hidden > 0 else 1  # layers per block of the model: its attention, then its FFN
     for i, block in enumerate(model.blocks):
         factor = _attention_factor(interventions, i)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..config import Residual
 from ..model import stages
 from ..model.recorder import Recorder
 from ..text.tokenizer import TextTokenizer
@@ -93,7 +94,7 @@ def entering(cfg, block: int) -> str | None:
     None with Attention Residuals past block 0, which pass no stream from block to block."""
     if block == 0:
         return stages.INPUT
-    if cfg.residual == "attention":
+    if cfg.residual_kind is Residual.ATTENTION:
         return None
     return stages.block_name(block - 1, stages.OUTPUT)
 

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..config import Residual
 from ..errors import MinigptError, Phrase, parameter
 from ..model import stages
 from ..model.gpt import MiniGPT
@@ -187,13 +188,13 @@ def check(interventions: list[Intervention], model: MiniGPT) -> None:
                     stage=item.stage,
                     factor=item.factor,
                 )
-        if isinstance(item, ReplaceResidual) and cfg.residual == "attention":
+        if isinstance(item, ReplaceResidual) and cfg.residual_kind is Residual.ATTENTION:
             raise MinigptError(
                 '{replace_residual}: this model has no residual stream ([model] residual = "attention"): each '
                 "sublayer reads a learned mix of the embedding and the earlier sublayers' outputs, with no sum "
                 "to replace; scale a sublayer's output ({scale}) to change what every later read mixes"
             )
-        if isinstance(item, ReplaceResidual) and not cfg.residual:
+        if isinstance(item, ReplaceResidual) and cfg.residual_kind is Residual.NONE:
             raise MinigptError(
                 "{replace_residual}: this model has no residual ([model] residual = false); each sum is already "
                 "its update alone, so there is no residual to replace"
@@ -238,13 +239,13 @@ def _check_broadcast(item: BroadcastUpdate, cfg) -> None:
             "the attention update",
             block=_block(item.block),
         )
-    if cfg.residual == "attention":
+    if cfg.residual_kind is Residual.ATTENTION:
         raise MinigptError(
             '{broadcast_update}: this model has no residual add ([model] residual = "attention") to refuse the '
             "broadcast: each sublayer's output is weighed by a mix over depth, not added to a stream; use a run "
             "with the residual"
         )
-    if not cfg.residual:
+    if cfg.residual_kind is Residual.NONE:
         raise MinigptError(
             "{broadcast_update}: this model has no residual add ([model] residual = false) to refuse the "
             "broadcast; use a run with the residual"
@@ -425,7 +426,7 @@ def _check_put_back(block: int, stage: str, position: int | None, head: int | No
             n_layer=cfg.n_layer,
             last=cfg.n_layer - 1,
         )
-    if stage == stages.INPUT and block > 0 and cfg.residual == "attention":
+    if stage == stages.INPUT and block > 0 and cfg.residual_kind is Residual.ATTENTION:
         raise MinigptError(
             "the patch's stage input: block {given} of this model has no input row ([model] residual = "
             '"attention": each sublayer reads its own mix over depth); patch block 0\'s input (the embedding), '

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
+from ..config import Residual
 from ..errors import MinigptError
 from ..model import stages
 from ..model.cache import KVCache, LayerCache
@@ -61,7 +62,7 @@ BEFORE_ATTENTION = (stages.INPUT, stages.READ1, stages.NORM1)
 
 def patched_stages(cfg) -> tuple[str, ...]:
     """The stages `by="stage"` patches in a model of this [model] section, in the order swept."""
-    names = DEPTH_PATCHED_STAGES if cfg.residual == "attention" else PATCHED_STAGES
+    names = DEPTH_PATCHED_STAGES if cfg.residual_kind is Residual.ATTENTION else PATCHED_STAGES
     return tuple(s for s in names if cfg.ffn_hidden > 0 or s not in (stages.READ2, stages.FFN))
 
 
@@ -156,7 +157,7 @@ class Pass:
     def __init__(self, model: MiniGPT, ids: list[int]):
         self.ids = list(ids)
         n_layer, T = len(model.blocks), len(ids)
-        self.depth = model.cfg.residual == "attention"
+        self.depth = model.cfg.residual_kind is Residual.ATTENTION
         self.recorder = Recorder(model.cfg, kept_heads({}, model))
         self.keys, self.values = [], []
         cache = KVCache(n_layer, T)
@@ -254,7 +255,7 @@ def patch(
                     len(clean),
                     by,
                     model.cfg.ffn_hidden > 0,
-                    model.cfg.residual == "attention",
+                    model.cfg.residual_kind is Residual.ATTENTION,
                 )
             )
             finals = patched_finals(model, clean_pass, corrupt_pass, chosen)

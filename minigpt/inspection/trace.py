@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..config import Residual
 from ..errors import MinigptError, Phrase
 from ..memory import check_memory, forward_bytes
 from ..model import stages
@@ -449,7 +450,7 @@ def _lens_rows(model: MiniGPT, recorder: Recorder, shown: list[int], p: int) -> 
     [len(shown), C]: that block's output row; with Attention Residuals (no output row) the final
     norm's own read over depth (`final_depth`) of the embedding and the sublayer outputs the pass
     recorded up to that block, summed into groups as the model sums them (depth.py's Depth)."""
-    if model.cfg.residual != "attention":
+    if model.cfg.residual_kind is not Residual.ATTENTION:
         return torch.stack([recorder[stages.block_name(i, stages.OUTPUT)][0, p] for i in shown])
     depth = model.depth_from(recorder[stages.INPUT][:, p : p + 1])
     rows = {}
@@ -497,7 +498,8 @@ def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: l
     if getattr(model, "position_table", None) is not None:
         out["position_rows"] = model.position_table.weight[: len(ids)].tolist()
     out[stages.INPUT] = recorder[stages.INPUT][0].tolist()
-    depth = model.cfg.residual == "attention"  # no output row enters a block: each sublayer reads its own mix
+    # no output row enters a block: each sublayer reads its own mix
+    depth = model.cfg.residual_kind is Residual.ATTENTION
     for i in shown:
         if i > 0 and i - 1 not in shown and not depth:  # what enters block i: the output of the block before it
             out[stages.block_name(i - 1, stages.OUTPUT)] = recorder[stages.block_name(i - 1, stages.OUTPUT)][0].tolist()

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..config import Residual
 from ..errors import MinigptError
 from ..model.gpt import MiniGPT
 from ..runs.layout import ORIGIN_FILE
@@ -71,12 +72,12 @@ def gpt2_refusal(model: MiniGPT) -> str | None:
     if cfg.positions != "learned":
         pointer = llama_holds("rope positions") if cfg.positions == "rope" else ""
         return f"[model] positions = {cfg.positions!r}: GPT-2 adds a learned position table (wpe){pointer}"
-    if cfg.residual == "attention":
+    if cfg.residual_kind is Residual.ATTENTION:
         return (
             "[model] residual = 'attention': GPT-2's blocks add each sublayer to the residual stream, with no "
             "learned read over depth"
         )
-    if not cfg.residual:
+    if cfg.residual_kind is Residual.NONE:
         return "[model] residual = false: GPT-2's blocks add each sublayer to the residual stream"
     if cfg.ffn_hidden == 0:
         return "[model] ffn_hidden = 0: every GPT-2 block has an MLP"
@@ -90,7 +91,7 @@ def gpt2_refusal(model: MiniGPT) -> str | None:
         return f"[model] activation = {cfg.activation!r}: GPT-2's MLP has no gate{pointer}"
     if cfg.kv_heads != cfg.n_head:
         return f"[model] n_kv_head = {cfg.n_kv_head}: GPT-2 has a key and value head per query head{llama_holds()}"
-    if cfg.head_size * cfg.n_head != cfg.n_embd:
+    if cfg.resolved_head_width * cfg.n_head != cfg.n_embd:
         return (
             f"[model] head_width = {cfg.head_width}: GPT-2's {cfg.n_head} heads split n_embd = {cfg.n_embd} "
             f"evenly{llama_holds()}"

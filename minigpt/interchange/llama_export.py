@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..config import ModelConfig
+from ..config import ModelConfig, Residual
 from ..model.positions import RopeScaling, parse_rope_scaling
 from . import llama_layout as llama
 
@@ -65,7 +65,7 @@ def refusal(cfg: ModelConfig, model_type: str) -> str | None:
         return f"[model] exercise = {cfg.exercise!r}: a learner's module computes part of it, transformers its own"
     if cfg.norm_position != "pre":
         return f"[model] norm_position = {cfg.norm_position!r}: {name} is pre-norm"
-    if cfg.residual is not True:
+    if cfg.residual_kind is not Residual.SUM:
         given = "false" if cfg.residual is False else repr(cfg.residual)
         return f"[model] residual = {given}: {name}'s blocks add each sublayer to the residual stream"
     if cfg.ffn_hidden == 0:
@@ -147,7 +147,7 @@ def config_json(cfg: ModelConfig, vocab_size: int, model_type: str) -> dict[str,
     ours = {
         **{key: getattr(cfg, key) for key in llama.CONFIG_KEYS},
         "n_kv_head": cfg.kv_heads,
-        "head_width": cfg.head_size,
+        "head_width": cfg.resolved_head_width,
         "context": max_positions(cfg),
     }
     values: dict[str, Any] = {
@@ -179,7 +179,9 @@ def config_json(cfg: ModelConfig, vocab_size: int, model_type: str) -> dict[str,
         qwen2 = llama.DEFAULTS["qwen2"]
         values.update(use_sliding_window=False, sliding_window=None, max_window_layers=qwen2["max_window_layers"])
         values["layer_types"] = ["full_attention"] * cfg.n_layer
-        if cfg.head_size * cfg.n_head == cfg.n_embd:  # Qwen2Config has no head_dim, only heads of other widths need it
+        if (
+            cfg.resolved_head_width * cfg.n_head == cfg.n_embd
+        ):  # Qwen2Config has no head_dim, only heads of other widths need it
             del values[llama.CONFIG_KEYS["head_width"]]
     return values
 

@@ -70,7 +70,7 @@ def row_counts(p: Parameter, cfg: ModelConfig) -> tuple[int, ...]:
     """How many rows of minigpt's tensor each of transformers' tensors holds, in order: the query,
     key and value heads' rows of `qkv`; the gate's and the up projection's of `W1`."""
     if ".attention.qkv." in p.ours:
-        d = cfg.head_size
+        d = cfg.resolved_head_width
         return (cfg.n_head * d, cfg.kv_heads * d, cfg.kv_heads * d)
     if ".ffn.W1." in p.ours:
         return (cfg.ffn_hidden, cfg.ffn_hidden)

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ..config import ModelConfig
+from ..config import ModelConfig, Residual
 from ..errors import MinigptError
 from ..rope_scaling import RopeScaling
 from . import stages
@@ -118,8 +118,9 @@ class Block(nn.Module):
         attention holds (positions.py)."""
         super().__init__()
         self.pre_norm = cfg.norm_position == "pre"
-        self.residual = residual_add if cfg.residual else _skip
-        self.over_depth = cfg.residual == "attention"  # Attention Residuals: each sublayer reads a mix (depth.py)
+        self.residual = _skip if cfg.residual_kind is Residual.NONE else residual_add
+        # Attention Residuals: each sublayer reads a mix (depth.py)
+        self.over_depth = cfg.residual_kind is Residual.ATTENTION
         if self.over_depth:
             self.depth1 = DepthAttention(cfg.n_embd)  # attention's pseudo-query
         self.norm1 = make_norm(cfg, substitute=parts.norm)
@@ -208,7 +209,7 @@ class MiniGPT(nn.Module):
         self.token_table = nn.Embedding(vocab_size, cfg.n_embd)  # E: [V, C]
         if cfg.positions == "learned":  # positions = "none": no table, the input is the token row alone
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
-        self.head_width = cfg.head_size  # d: [model] head_width, or n_embd / n_head where that is 0
+        self.head_width = cfg.resolved_head_width  # d: [model] head_width, or n_embd / n_head where that is 0
         # rope and alibi: no parameters, tables inside attention, computed once per length: ALiBi's one
         # for every reading, rope's one per rule a reading asks for (positions_for)
         self._alibi = Alibi(cfg.n_head, cfg.context) if cfg.positions == "alibi" else None
@@ -223,7 +224,7 @@ class MiniGPT(nn.Module):
         # [train] recompute: training keeps each block's input alone and computes the block again in
         # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
         self.recompute = False
-        if cfg.residual == "attention":  # the final norm reads a mix over depth too, with its own query
+        if cfg.residual_kind is Residual.ATTENTION:  # the final norm reads a mix over depth too, with its own query
             self.final_depth = DepthAttention(cfg.n_embd)
             self.layers = cfg.layers  # every attention and FFN
             self.per_block = cfg.layers_per_residual_block  # outputs summed per block
@@ -339,7 +340,11 @@ class MiniGPT(nn.Module):
             **({"rope_scaling": cfg.rope_scaling} if cfg.rope_scaling else {}),
             **({"sliding_window": cfg.sliding_window} if cfg.sliding_window else {}),
             "residual": cfg.residual,
-            **({"attention_residual_blocks": cfg.attention_residual_blocks} if cfg.residual == "attention" else {}),
+            **(
+                {"attention_residual_blocks": cfg.attention_residual_blocks}
+                if cfg.residual_kind is Residual.ATTENTION
+                else {}
+            ),
         }
 
     def forward(
@@ -378,7 +383,7 @@ class MiniGPT(nn.Module):
         if self.training and self.cfg.dropout > 0:
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)
-        if self.cfg.residual == "attention":  # the blocks pass on what each sublayer wrote (depth.py)
+        if self.cfg.residual_kind is Residual.ATTENTION:  # the blocks pass on what each sublayer wrote (depth.py)
             x = self.depth_from(x)
         last = len(self.blocks) - 1
         read = {} if positions is None else {"positions": positions}  # a learner's Block takes no positions

@@ -106,7 +106,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.positions = positions
         self.n_head, self.n_kv_head = cfg.n_head, cfg.kv_heads
-        self.head_width = cfg.head_size  # d: [model] head_width, or n_embd / n_head where that is 0
+        self.head_width = cfg.resolved_head_width  # d: [model] head_width, or n_embd / n_head where that is 0
         # W_Q, W_K and W_V stacked into one matrix: one matmul instead of three on the hot path. Its
         # rows: n_head query heads, then n_kv_head key heads, then n_kv_head value heads, d rows each.
         inner = self.n_head * self.head_width

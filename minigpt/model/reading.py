@@ -84,13 +84,13 @@ class Reading:
             )
         reading = cls(cfg.positions, cfg.context, own, rope_scaling, extrapolate, cfg.sliding_window)
         rule = reading.rule
-        if rule is not None and rule.kind == "dynamic" and cfg.head_size < 4:
+        if rule is not None and rule.kind == "dynamic" and cfg.resolved_head_width < 4:
             # its base is raised to d / (d - 2): no power at all for heads of width 2
             raise MinigptError(
                 "the rope scaling rule {rule} (dynamic NTK) needs heads at least 4 wide, and this model's are "
                 "{width} wide; read it with linear, yarn or llama3 instead",
                 rule=str(rule),
-                width=cfg.head_size,
+                width=cfg.resolved_head_width,
             )
         return reading
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..config import ModelConfig, Residual
 from ..errors import MinigptError
 from . import stages
 
@@ -57,7 +57,7 @@ class Recorder:
     def _unknown(self, names: list[str], what: str) -> str:
         cfg = self.cfg
         rotated = stages.ROTATED if cfg.positions == "rope" else ()
-        depth = (stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2) if cfg.residual == "attention" else ()
+        depth = (stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2) if cfg.residual_kind is Residual.ATTENTION else ()
         per_block = [*rotated, *depth, stages.ATTENTION_WEIGHTS, *stages.block_stages(**stages.of(cfg)), stages.HEADS]
         return (
             f"{what} for {', '.join(map(repr, names))}: this model computes no such stage; it has "

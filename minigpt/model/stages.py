@@ -97,7 +97,11 @@ def block_stages(norm_position: str, ffn: bool = True, depth: bool = False) -> t
 
 def of(cfg) -> dict:
     """The keyword arguments naming a config's stages: block_stages(**of(cfg)), recorded_names(n, **of(cfg))."""
-    return {"norm_position": cfg.norm_position, "ffn": cfg.ffn_hidden > 0, "depth": cfg.residual == "attention"}
+    return {
+        "norm_position": cfg.norm_position,
+        "ffn": cfg.ffn_hidden > 0,
+        "depth": cfg.residual_kind.value == "attention",  # config.Residual: this module imports nothing
+    }
 
 
 def residual_adds(norm_position: str, ffn: bool = True, depth: bool = False, residual: bool = True) -> dict[str, str]:
