@@ -1,6 +1,7 @@
 """The command line: the Typer app and its commands. Nothing else: each command's options are
-declared once, as the fields of its dataclass in commands/options.py (where the flags that set a
-config key are built from config.py's fields). Typer reads a command's parameters from that
+declared once, as the fields of its dataclass in commands/options_make.py, options_read.py or
+options_inspect.py (built on commands/options.py, where the flags that set a config key are built
+from config.py's fields); COMMANDS below lists them. Typer reads a command's parameters from that
 dataclass's own constructor, so what a command line parses into is the filled-in dataclass, which
 `_run` hands to the command's module in minigpt/commands/, imported only then, so `minigpt --help`
 answers without loading torch.
@@ -21,8 +22,45 @@ import typer
 
 from . import __version__
 from .commands.common import wait_to_be_stopped
-from .commands.options import COMMANDS, GROUPS, Options
+from .commands.options import Options
+from .commands.options_inspect import ExploreOptions, PatchOptions, TraceOptions
+from .commands.options_make import (
+    ExerciseCheckOptions,
+    ExerciseListOptions,
+    ExerciseStartOptions,
+    ExportOptions,
+    ImportHfOptions,
+    ImportNanogptOptions,
+    SweepOptions,
+    TrainOptions,
+)
+from .commands.options_read import EvalOptions, InfoOptions, PlotOptions, SampleOptions
 from .commands.usage_errors import NoArgsIsHelpError, UsageError
+
+# The command line: each command's name, its options, and the module in minigpt/commands/ that runs it.
+# A name of two words is a subcommand ("import hf"): the first word groups them.
+COMMANDS: dict[str, tuple[type[Options], str]] = {
+    "train": (TrainOptions, "train"),
+    "sweep": (SweepOptions, "sweep"),
+    "sample": (SampleOptions, "sample"),
+    "trace": (TraceOptions, "trace"),
+    "patch": (PatchOptions, "patch"),
+    "eval": (EvalOptions, "eval"),
+    "export": (ExportOptions, "export"),
+    "plot": (PlotOptions, "plot"),
+    "explore": (ExploreOptions, "explore"),
+    "info": (InfoOptions, "info"),
+    "import hf": (ImportHfOptions, "imports"),
+    "import nanogpt": (ImportNanogptOptions, "imports"),
+    "exercise list": (ExerciseListOptions, "exercise"),
+    "exercise start": (ExerciseStartOptions, "exercise"),
+    "exercise check": (ExerciseCheckOptions, "exercise"),
+}
+GROUPS = {
+    "import": "Bring a model from elsewhere into a run folder: a Hugging Face GPT-2 folder, or a nanoGPT checkpoint.",
+    "exercise": "Implement a part of the model, get it checked, then train with it: list, start NAME, check NAME.",
+}
+
 
 app = typer.Typer(
     add_completion=False,

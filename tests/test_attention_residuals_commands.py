@@ -23,7 +23,7 @@ from minigpt.config import ModelConfig, model_config_from
 from minigpt.counts import depth_reads, parameter_counts
 from minigpt.errors import MinigptError
 from minigpt.explore.explorer import Explorer
-from minigpt.inspection.trace_text import magnitude
+from minigpt.inspection.text_format import magnitude
 from minigpt.model.flops import forward_counts
 from minigpt.model.gpt import MiniGPT
 

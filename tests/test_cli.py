@@ -121,7 +121,7 @@ def test_every_sample_key_is_a_sample_flag_with_the_keys_own_help():
 def test_trains_config_key_flags_are_built_from_their_keys():
     from dataclasses import fields
 
-    from minigpt.commands.options import TrainOptions
+    from minigpt.commands.options_make import TrainOptions
     from minigpt.config import ModelConfig, TrainConfig
 
     params, shown = built_params("train"), help_lines("train")

@@ -490,7 +490,7 @@ def test_a_damaged_entry_is_made_again_and_an_id_out_of_range_never_reaches_the_
 
 
 def test_the_resume_command_repeats_every_data(monkeypatch):
-    from minigpt.commands.options import TrainOptions
+    from minigpt.commands.options_make import TrainOptions
     from minigpt.commands.train import _resume_command
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)

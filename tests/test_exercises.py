@@ -422,7 +422,8 @@ def test_a_changed_file_is_refused_by_name_by_every_command(cli, exercise_run, h
 def test_a_block_runs_residual1_cannot_be_replaced_but_is_recorded(tmp_path):
     from minigpt.config import ModelConfig
     from minigpt.errors import MinigptError
-    from minigpt.inspection.interventions import ReplaceResidual, replacements
+    from minigpt.inspection.interventions import ReplaceResidual
+    from minigpt.inspection.interventions_apply import replacements
 
     cfg = ModelConfig(n_layer=1, n_head=2, n_embd=8, ffn_hidden=12, context=8, exercise="block")
     model = MiniGPT(cfg, 11, parts_of(read_learner("block", SOLUTIONS / "block.py"))).eval()

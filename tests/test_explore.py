@@ -36,7 +36,7 @@ from typer.testing import CliRunner
 
 import minigpt
 from minigpt.cli import app
-from minigpt.inspection.trace_text import show_token
+from minigpt.inspection.text_format import show_token
 from minigpt.sampling.generate import next_token_distribution
 
 pytestmark = pytest.mark.slow  # real server processes, trace's and sample's command lines beside them, a browser

@@ -23,7 +23,7 @@ from minigpt.commands.explore import Served
 from minigpt.config import load_config
 from minigpt.errors import MinigptError
 from minigpt.explore.explorer import BARS, Explorer
-from minigpt.inspection.trace import row_norm
+from minigpt.inspection.comparison import row_norm
 from minigpt.inspection.trace_text import render_text
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.stages import RESIDUAL_ADDS

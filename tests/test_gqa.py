@@ -369,7 +369,7 @@ def test_trace_names_the_kv_head_each_query_head_reads(run):
 
 
 def test_comparing_runs_of_other_kv_heads_or_head_width_is_refused_naming_the_key(tmp_path):
-    from minigpt.inspection.trace import shape_differences
+    from minigpt.inspection.comparison import shape_differences
 
     def built(**changes):
         return MiniGPT(ModelConfig(**{**BASE, "n_head": 4, **changes}), 20)

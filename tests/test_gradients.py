@@ -21,7 +21,8 @@ from minigpt.api import MinigptError
 from minigpt.cli import app
 from minigpt.config import ModelConfig, load_config
 from minigpt.explore.explorer import Explorer
-from minigpt.inspection.interventions import parse, replacements
+from minigpt.inspection.interventions import parse
+from minigpt.inspection.interventions_apply import replacements
 from minigpt.model import stages
 from minigpt.model.recorder import Recorder
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import ModelConfig
-from minigpt.inspection.interventions import AblateHead, ReplaceResidual, Scale, SetInput, replacements
+from minigpt.inspection.interventions import AblateHead, ReplaceResidual, Scale, SetInput
+from minigpt.inspection.interventions_apply import replacements
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.recorder import Recorder
 

@@ -112,7 +112,8 @@ def test_trace_png_draws_every_head_of_every_block(runs, cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_bytes().startswith(PNG)
     from minigpt.config import load_config
-    from minigpt.inspection.trace import tokens_to_trace, trace_position
+    from minigpt.inspection.trace import trace_position
+    from minigpt.inspection.trace_input import tokens_to_trace
     from minigpt.runs.reading import load_model
 
     model, tokenizer = load_model(load_config(a / "config.toml"), a)

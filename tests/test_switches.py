@@ -16,9 +16,10 @@ from minigpt import failpoints
 from minigpt.config import ModelConfig, load_config, model_config_from
 from minigpt.errors import ConfigError, MinigptError
 from minigpt.inspection.attribution import attribute, check_decomposable
-from minigpt.inspection.interventions import ReplaceResidual, Scale, check
+from minigpt.inspection.interventions import ReplaceResidual, Scale
+from minigpt.inspection.interventions_apply import check
+from minigpt.inspection.legend_text import legend_lines
 from minigpt.inspection.trace import trace_position as trace_model
-from minigpt.inspection.trace_text import _legend
 from minigpt.interchange.export import gpt2_refusal
 from minigpt.model import stages
 from minigpt.model.gpt import ContextTooLongError, MiniGPT
@@ -171,7 +172,7 @@ def test_with_positions_none_attention_at_the_last_position_ignores_the_order_be
 
 def test_the_legend_matches_the_model_as_built():
     def legend(**changes) -> str:
-        return " ".join(_legend(model_of(**changes).architecture()))
+        return " ".join(legend_lines(model_of(**changes).architecture()))
 
     assert "+" not in legend(residual=False, bias=False)
     assert "residual1 = input + attention" in legend()

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from minigpt.cli import app
 from minigpt.config import load_config
-from minigpt.inspection.trace_text import number, show_token
+from minigpt.inspection.text_format import number, show_token
 from minigpt.model.gpt import MiniGPT
 from minigpt.model.stages import POST_NORM, PRE_NORM
 from minigpt.runs.folder import write_model_run

@@ -8,6 +8,7 @@
     run.trace("ROMEO:", grad=True).gradient             # d loss / d row of every stage, as `trace --grad`
     run.trace("ROMEO:", scale={"0.attention": 0.0})     # a Comparison, as `trace --compare`
     run.trace("ROMEO:", compare_run="origin")           # what fine-tuning changed: its origin run, then it
+    run.trace(TraceRequest(prompt="ROMEO:", grad=True)) # the same question as one value (what the command builds)
     run.attribute("ROMEO:", " the", versus=" a")        # the logit difference as a sum of parts
     run.patch("ROMEO: I", "JULIET: I", " am", " will")  # activation patching between two prompts
     run.eval("my.txt")                                  # Scores: bits per byte, perplexity, surprisal
@@ -35,9 +36,10 @@ from ..errors import MinigptError
 from ..inspection.accuracy import Accuracy
 from ..inspection.attribution import Attribution
 from ..inspection.by_position import PositionLosses
+from ..inspection.comparison import Comparison
 from ..inspection.patching import Patching
 from ..inspection.scoring import Scores
-from ..inspection.trace import Comparison, Trace
+from ..inspection.trace import Trace
 from ..runs.outputs import JSON_LINES, PNG, check_output, write_output
 from ..training.distributed import RankLost, RefusedElsewhere, speaks
 from ..training.trainer import DivergedError, TrainResult, WriteFailed, estimate_seconds
@@ -45,6 +47,7 @@ from .interchange import check_export, export, import_hf, import_nanogpt
 from .reading import metrics, read_prompt
 from .run import SAMPLE_SETTINGS, Run, load
 from .sweep import Sweep, read_sweep, sweep
+from .trace_request import TraceRequest
 from .training import train
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "Scores",
     "Sweep",
     "Trace",
+    "TraceRequest",
     "TrainResult",
     "WriteFailed",
     "check_export",

@@ -15,7 +15,7 @@ from ..api import JSON_LINES, check_output, write_output
 from ..errors import MinigptError, Phrase, parameter
 from . import eval_positions
 from .common import check_png, opened, user_errors
-from .options import EvalOptions
+from .options_read import EvalOptions
 
 
 def main(o: EvalOptions) -> None:

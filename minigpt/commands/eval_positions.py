@@ -12,7 +12,7 @@ import typer
 from ..api import PositionLosses
 from ..errors import MinigptError, as_flag, parameter
 from .common import say, shown_path
-from .options import EvalOptions
+from .options_read import EvalOptions
 
 EVERY_POSITION = 64  # up to this many positions, one row each; beyond, rows of a few positions
 ROWS = 32  # about this many rows when positions are grouped

@@ -17,7 +17,7 @@ import typer
 from ..api.exercises import EXERCISES, check, learner_path, start, status
 from ..errors import MinigptError
 from .common import command_line, refuse, shown_path, user_errors
-from .options import ExerciseCheckOptions, ExerciseListOptions, ExerciseStartOptions
+from .options_make import ExerciseCheckOptions, ExerciseListOptions, ExerciseStartOptions
 
 DEFAULT_DIR = Path("exercises")
 

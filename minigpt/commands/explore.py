@@ -50,7 +50,7 @@ import typer
 from ..errors import MinigptError
 from ..explore.explorer import Explorer
 from .common import compare_run_given, opened, say_notes, user_errors
-from .options import ExploreOptions
+from .options_inspect import ExploreOptions
 
 MAX_BODY = 1 << 16  # a request is a prompt and a few settings
 DRAINED = 1 << 20  # a larger body is still read, to be refused with an answer; past this, the connection is closed

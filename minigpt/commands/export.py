@@ -8,7 +8,7 @@ import typer
 
 from .. import api
 from .common import opened, user_errors
-from .options import ExportOptions
+from .options_make import ExportOptions
 
 
 def main(o: ExportOptions) -> None:

@@ -8,7 +8,7 @@ import typer
 
 from .. import api
 from .common import command_line, say, shown_path, user_errors
-from .options import ImportHfOptions, ImportNanogptOptions
+from .options_make import ImportHfOptions, ImportNanogptOptions
 
 
 def main(o: ImportHfOptions | ImportNanogptOptions) -> None:

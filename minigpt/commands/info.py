@@ -11,7 +11,7 @@ import typer
 
 from ..inspection.counting_text import render_text
 from .common import opened, shown_path, user_errors
-from .options import InfoOptions
+from .options_read import InfoOptions
 
 
 def main(o: InfoOptions) -> None:

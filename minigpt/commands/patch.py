@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from ..inspection.trace_text import check_digits
+from ..inspection.text_format import check_digits
 from ..inspection.why_text import render_patching
 from .common import check_png, opened, user_errors
-from .options import PatchOptions
+from .options_inspect import PatchOptions
 
 
 def main(o: PatchOptions) -> None:

@@ -13,7 +13,7 @@ from ..errors import MinigptError
 from ..inspection.plot import curves_figure, save_png, text_curves
 from ..inspection.sweep_plot import METRICS, sweep_figure, text_sweep
 from .common import check_png, shown_path, user_errors
-from .options import PlotOptions
+from .options_read import PlotOptions
 
 
 def main(o: PlotOptions) -> None:

@@ -13,7 +13,7 @@ import sys
 from .. import api
 from ..errors import MinigptError, as_flag
 from .common import opened, user_errors
-from .options import SampleOptions
+from .options_read import SampleOptions
 
 
 def main(o: SampleOptions) -> None:

@@ -16,7 +16,7 @@ from .. import api
 from ..api import WriteFailed
 from ..api.sweep import MANY_CELLS
 from .common import command_line, say, shown_path, user_errors
-from .options import SweepOptions
+from .options_make import SweepOptions
 from .train import _interrupt, _sigterm_interrupts
 
 

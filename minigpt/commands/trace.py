@@ -8,9 +8,12 @@ from dataclasses import replace
 
 import typer
 
-from ..api import Comparison, Trace
+from ..api import Comparison, Trace, TraceRequest
 from ..errors import MinigptError, as_flag, parameter
-from ..inspection.trace_text import check_digits, render_comparison, render_feed, render_text
+from ..inspection.comparison_text import render_comparison
+from ..inspection.feed_text import render_feed
+from ..inspection.text_format import check_digits
+from ..inspection.trace_text import render_text
 from ..inspection.why_text import render_attribution, render_attribution_pair
 from .common import (
     check_png,
@@ -21,7 +24,7 @@ from .common import (
     shown_path,
     user_errors,
 )
-from .options import TraceOptions
+from .options_inspect import TraceOptions
 
 
 def main(o: TraceOptions) -> None:
@@ -32,29 +35,8 @@ def main(o: TraceOptions) -> None:
             _feed(o)
             return
         run = opened(o)
-        result = run.trace(
-            o.prompt,
-            ids=o.ids,
-            position=o.position,
-            block=o.block,
-            top=o.top,
-            scale=o.scale,
-            replace_residual=o.replace_residual,
-            ablate_head=o.ablate_head,
-            set_input=o.set_input,
-            at_position=o.at_position,
-            compare=o.compare,
-            attribute=o.attribute,
-            versus=o.versus,
-            grad=o.grad,
-            target=o.target,
-            compare_run=compare_run_given(run, o.compare_run),
-            set_row=o.set_row or (),
-            norm_over=o.norm_over,
-            broadcast_update=o.broadcast_update or (),
-            compare_ids=o.compare_ids,
-            all_positions=o.all_positions,
-        )
+        request = replace(TraceRequest.from_options(o), compare_run=compare_run_given(run, o.compare_run))
+        result = run.trace(request)
         say_notes(run.notes)  # a compared run's learner's file
         _note_past(run, result.after if isinstance(result, Comparison) else result)
         if isinstance(result, Comparison):
@@ -83,16 +65,13 @@ def main(o: TraceOptions) -> None:
 
 
 # What a trace takes that a fed part has no use for: --feed runs a part alone, on the numbers given.
-TRACE_ONLY = (
-    "prompt", "ids", "position", "block", "scale", "replace_residual", "ablate_head", "set_input", "set_row",
-    "norm_over", "broadcast_update", "at_position", "compare", "compare_run", "compare_ids", "all_positions",
-    "attribute", "versus", "grad", "target", "png", "force",
-)  # fmt: skip
+TRACE_ONLY = (*(name for name in TraceRequest.fields() if name != "top"), "png", "force")
 
 
 def _feed(o: TraceOptions) -> None:
     """--feed: each part run on its row, every step shown (one JSON list with --json)."""
-    given = [name for name in TRACE_ONLY if getattr(o, name) is not None and getattr(o, name) not in (False, [], ())]
+    # a flag left out is None, False or an empty list (`--position 0` is given: 0 is not False here)
+    given = [n for n in TRACE_ONLY if (v := getattr(o, n, None)) is not None and v is not False and v not in ([], ())]
     if given:
         raise MinigptError(
             "{feed} runs one part on the numbers given, with no prompt and no pass to trace; leave out {given}, "

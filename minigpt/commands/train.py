@@ -20,7 +20,7 @@ from .. import api
 from ..api import DivergedError, RankLost, RefusedElsewhere, WriteFailed, estimate_seconds
 from ..errors import MinigptError
 from .common import command_line, say, shown_path, transient, user_errors, wait_to_be_stopped
-from .options import TrainOptions
+from .options_make import TrainOptions
 
 
 def main(o: TrainOptions) -> None:

@@ -33,13 +33,16 @@ from ..api import SAMPLE_SETTINGS, Run
 from ..config import SampleConfig, updated
 from ..device import use_threads
 from ..errors import MinigptError, parameter
-from ..inspection import interventions as edits
+from ..inspection import interventions_apply as edits
 from ..inspection.attribution import check_decomposable, check_patch_attributable, resolve_token
+from ..inspection.comparison import Comparison, row_norm
 from ..inspection.depth_reads import model_readers
 from ..inspection.interventions import ReplaceResidual
+from ..inspection.legend_text import positions_note
 from ..inspection.patching import patched_stages
-from ..inspection.trace import Comparison, Trace, row_norm, tokens_to_trace
-from ..inspection.trace_text import positions_note, show_token
+from ..inspection.text_format import show_token
+from ..inspection.trace import Trace
+from ..inspection.trace_input import tokens_to_trace
 from ..model import stages
 from ..sampling.generate import generate, next_token_distribution
 

@@ -35,7 +35,7 @@ def render_text(info: Info) -> str:
             3,
         ),
         *_positions_lines(info),
-        *_depth_lines(info),
+        *depth_lines(info),
         *_table(a, "mult-adds"),
         *_flops_lines(info),
         "",
@@ -121,7 +121,7 @@ def _positions_lines(info: Info) -> list[str]:
     )
 
 
-def _depth_lines(info: Info) -> list[str]:
+def depth_lines(info: Info) -> list[str]:
     """Attention Residuals: what its reads over depth compute per token, counted as depth.reads."""
     depth = info.depth_arithmetic()
     if depth is None:

@@ -1,7 +1,9 @@
-"""Interventions on the residual stream: change one stage of the forward pass and see what follows.
+"""Interventions on the residual stream, as typed values and as parsed from text (`parse`): change
+one stage of the forward pass and see what follows.
 
-Each intervention becomes a replacement on the model's own Recorder (model.py), so it runs through
-the same forward pass the trace reads; nothing here computes a block a second time.
+interventions_apply.py checks them against the model and turns each into a replacement on the
+model's own Recorder (model.py), so it runs through the same forward pass the trace reads; nothing
+computes a block a second time. put_back.py reads a patch's mapping for PutBack.
 
     Scale(block, "attention" | "ffn", K)   that sublayer's update times K (0 removes it)
     ReplaceResidual(block)                 the broken mode: residual1 = attention and the second sum
@@ -27,19 +29,12 @@ name the model does not compute.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import torch
 from torch import Tensor
 
-from ..config import Residual
 from ..errors import MinigptError, Phrase, parameter
-from ..model import stages
-from ..model.gpt import MiniGPT
-from ..model.recorder import Replacement
 
 
 @dataclass(frozen=True)
@@ -49,7 +44,7 @@ class Scale:
     factor: float
 
     def __str__(self) -> str:
-        return f"scale {_block(self.block)}.{self.stage}={self.factor:g}"
+        return f"scale {block_label(self.block)}.{self.stage}={self.factor:g}"
 
 
 @dataclass(frozen=True)
@@ -57,7 +52,7 @@ class ReplaceResidual:
     block: int | None
 
     def __str__(self) -> str:
-        return f"replace-residual {_block(self.block)}"
+        return f"replace-residual {block_label(self.block)}"
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,7 @@ class AblateHead:
     head: int
 
     def __str__(self) -> str:
-        return f"ablate-head {_block(self.block)}.{self.head}"
+        return f"ablate-head {block_label(self.block)}.{self.head}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +81,7 @@ class BroadcastUpdate:
     stage: str
 
     def __str__(self) -> str:
-        return f"broadcast-update {_block(self.block)}.{self.stage}"
+        return f"broadcast-update {block_label(self.block)}.{self.stage}"
 
 
 @dataclass(frozen=True)
@@ -145,321 +140,8 @@ MODEL_EDITS = (SetRow, NormOverPositions)
 TABLES = ("token_table", "position_table")
 
 
-def _block(block: int | None) -> str:
+def block_label(block: int | None) -> str:
     return "all" if block is None else str(block)
-
-
-def _blocks(block: int | None, n_layer: int, what: str | Phrase) -> list[int]:
-    if block is None:
-        return list(range(n_layer))
-    if not 0 <= block < n_layer:
-        raise MinigptError(
-            "{what}: block {block} does not exist; the model has {n_layer} block(s), 0..{last}, or use 'all'",
-            what=what,
-            block=block,
-            n_layer=n_layer,
-            last=n_layer - 1,
-        )
-    return [block]
-
-
-def check(interventions: list[Intervention], model: MiniGPT) -> None:
-    """Refuse what this model cannot take, in one line each: blocks, heads, widths, factors."""
-    cfg = model.cfg
-    for item in interventions:
-        if isinstance(item, Scale):
-            if item.stage not in stages.SCALABLE:
-                raise MinigptError(
-                    "{scale} {block}.{stage}: unknown stage {stage!r}; scale one of: {join}",
-                    block=_block(item.block),
-                    stage=item.stage,
-                    join=", ".join(stages.SCALABLE),
-                )
-            if item.stage == stages.FFN and cfg.ffn_hidden == 0:
-                raise MinigptError(
-                    "{scale} {block}.ffn: this model has no FFN ([model] ffn_hidden = 0), so there is no ffn "
-                    "update to scale; scale attention",
-                    block=_block(item.block),
-                )
-            if not math.isfinite(item.factor):
-                raise MinigptError(
-                    "{scale} {block}.{stage}={factor}: the factor must be a finite number, e.g. 0, 0.5 or 2",
-                    block=_block(item.block),
-                    stage=item.stage,
-                    factor=item.factor,
-                )
-        if isinstance(item, ReplaceResidual) and cfg.residual_kind is Residual.ATTENTION:
-            raise MinigptError(
-                '{replace_residual}: this model has no residual stream ([model] residual = "attention"): each '
-                "sublayer reads a learned mix of the embedding and the earlier sublayers' outputs, with no sum "
-                "to replace; scale a sublayer's output ({scale}) to change what every later read mixes"
-            )
-        if isinstance(item, ReplaceResidual) and cfg.residual_kind is Residual.NONE:
-            raise MinigptError(
-                "{replace_residual}: this model has no residual ([model] residual = false); each sum is already "
-                "its update alone, so there is no residual to replace"
-            )
-        if isinstance(item, BroadcastUpdate):
-            _check_broadcast(item, cfg)
-        if isinstance(item, (Scale, ReplaceResidual, AblateHead, BroadcastUpdate)):
-            _blocks(item.block, cfg.n_layer, parameter(str(item).split(" ")[0].replace("-", "_")))
-        if isinstance(item, AblateHead) and not 0 <= item.head < cfg.n_head:
-            raise MinigptError(
-                "{ablate_head} {block}.{head}: head {head} does not exist; the model has {n_head} heads, 0..{last}",
-                block=_block(item.block),
-                head=item.head,
-                n_head=cfg.n_head,
-                last=cfg.n_head - 1,
-            )
-        if isinstance(item, SetInput) and len(item.vector) != cfg.n_embd:
-            raise MinigptError(
-                "{set_input} has {n_vector} numbers but the model's width is {n_embd}; give exactly {n_embd} "
-                "comma-separated numbers",
-                n_vector=len(item.vector),
-                n_embd=cfg.n_embd,
-            )
-        if isinstance(item, SetInput) and not all(math.isfinite(v) for v in item.vector):
-            raise MinigptError("{set_input}: every number must be finite")
-        if isinstance(item, PutBack):
-            length = item.values.shape[2 if item.stage == stages.HEADS else 1]
-            _check_put_back(item.block, item.stage, item.position, item.head, model, length)
-
-
-def _check_broadcast(item: BroadcastUpdate, cfg) -> None:
-    if item.stage not in stages.SCALABLE:
-        raise MinigptError(
-            "{broadcast_update} {block}.{stage}: unknown update {stage!r}; broadcast one of: {join}",
-            block=_block(item.block),
-            stage=item.stage,
-            join=", ".join(stages.SCALABLE),
-        )
-    if item.stage == stages.FFN and cfg.ffn_hidden == 0:
-        raise MinigptError(
-            "{broadcast_update} {block}.ffn: this model has no FFN ([model] ffn_hidden = 0); broadcast "
-            "the attention update",
-            block=_block(item.block),
-        )
-    if cfg.residual_kind is Residual.ATTENTION:
-        raise MinigptError(
-            '{broadcast_update}: this model has no residual add ([model] residual = "attention") to refuse the '
-            "broadcast: each sublayer's output is weighed by a mix over depth, not added to a stream; use a run "
-            "with the residual"
-        )
-    if cfg.residual_kind is Residual.NONE:
-        raise MinigptError(
-            "{broadcast_update}: this model has no residual add ([model] residual = false) to refuse the "
-            "broadcast; use a run with the residual"
-        )
-
-
-def replacements(
-    interventions: list[Intervention], model: MiniGPT, position: int, only_at_position: bool = False
-) -> dict[str, Replacement]:
-    """The Recorder replacements that carry out `interventions` (checked first)."""
-    check(interventions, model)
-    cfg = model.cfg
-    second_sum = stages.second_sum(cfg.norm_position)
-    found: dict[str, list[Replacement]] = {}
-
-    def add(stage: str, change: Replacement, time_axis: int = 1, everywhere: bool = not only_at_position) -> None:
-        found.setdefault(stage, []).append(change if everywhere else _at(position, time_axis, change))
-
-    for item in interventions:
-        if isinstance(item, SetInput):
-            add(stages.INPUT, _set_row(position, item.vector), everywhere=False)
-            continue
-        if isinstance(item, PutBack):  # at its own position, never moved to the traced one
-            add(put_back_name(item.block, item.stage), _put_clean(item), everywhere=True)
-            continue
-        if isinstance(item, MODEL_EDITS):  # carried out on a copy of the model (weight_edits.py)
-            continue
-        for i in _blocks(item.block, cfg.n_layer, str(item)):
-            if isinstance(item, Scale):
-                add(stages.block_name(i, item.stage), lambda value, recorded, k=item.factor: value * k)
-            elif isinstance(item, BroadcastUpdate):  # one row for every position: never at one position only
-                add(stages.block_name(i, item.stage), _first_row, everywhere=True)
-            elif isinstance(item, ReplaceResidual):  # each sum replaced by its update alone
-                attention, ffn = stages.block_name(i, stages.ATTENTION), stages.block_name(i, stages.FFN)
-                add(stages.block_name(i, stages.RESIDUAL1), lambda value, recorded, n=attention: recorded[n])
-                if cfg.ffn_hidden > 0:  # without an FFN the block's one sum is residual1
-                    add(stages.block_name(i, second_sum), lambda value, recorded, n=ffn: recorded[n])
-            else:
-                add(stages.block_name(i, stages.HEADS), _zero_head(item.head), time_axis=2)
-    return {stage: _chain(changes) for stage, changes in found.items()}
-
-
-def _chain(changes: list[Replacement]) -> Replacement:
-    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
-        for change in changes:
-            value = change(value, recorded)
-        return value
-
-    return apply
-
-
-def _at(position: int, time_axis: int, change: Replacement) -> Replacement:
-    """`change` at one position only; every other position keeps the value the pass computed."""
-
-    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
-        changed = change(value, recorded)
-        keep = torch.arange(value.shape[time_axis], device=value.device) == position
-        shape = [1] * value.dim()
-        shape[time_axis] = value.shape[time_axis]
-        return torch.where(keep.view(shape), changed, value)
-
-    return apply
-
-
-def _set_row(position: int, vector: tuple[float, ...]) -> Replacement:
-    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
-        value = value.clone()
-        value[:, position] = torch.tensor(vector, dtype=value.dtype, device=value.device)
-        return value
-
-    return apply
-
-
-def _first_row(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
-    """The update at position 0 alone, [B, 1, C]: what a broadcast would add at every position."""
-    return value[:, :1]
-
-
-def _zero_head(head: int) -> Replacement:
-    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:  # [B, H, T, d]
-        value = value.clone()
-        value[:, head] = 0
-        return value
-
-    return apply
-
-
-def put_back_name(block: int, stage: str) -> str:
-    """The name a pass records block `block`'s `stage` under, which a patch reads from the clean
-    pass and writes into the traced one: a block's input is the `input` entering block 0, else the
-    previous block's `output` (one tensor, as patching.Pass reads it; Attention Residuals has none
-    past block 0, which _check_put_back refuses)."""
-    if stage == stages.INPUT:
-        return stages.INPUT if block == 0 else stages.block_name(block - 1, stages.OUTPUT)
-    return stages.block_name(block, stage)
-
-
-def _put_clean(item: PutBack) -> Replacement:
-    rows = slice(None) if item.position is None else item.position
-
-    def apply(value: Tensor, recorded: dict[str, Tensor]) -> Tensor:
-        value = value.clone()
-        if item.stage == stages.HEADS:  # [B, H, T, d]: one head's mixed values
-            value[:, item.head, rows] = item.values[:, item.head, rows]
-        else:
-            value[:, rows] = item.values[:, rows]
-        return value
-
-    return apply
-
-
-# ---------------------------------------------------------------- a patch, from Run.trace's mapping
-
-PATCH_KEYS = ("clean", "block", "stage", "position", "head")
-
-
-def read_patch(patch: Any, model: MiniGPT, length: int) -> tuple[str | list[int], int, str, int | None, int | None]:
-    """Run.trace's `patch` mapping as (clean, block, stage, position, head), each of the type it
-    must have and where this model and a traced prompt of `length` tokens have it (the clean
-    prompt is checked where it is read: trace.put_back)."""
-    clean, block, stage, position, head = _patch_fields(patch)
-    _check_put_back(block, stage, position, head, model, length)
-    return clean, block, stage, position, head
-
-
-def _patch_fields(patch: Any) -> tuple[str | list[int], int, str, int | None, int | None]:
-    """The patch's fields, each of the type it must have (no parameter is named: the command line
-    has no patch)."""
-    if not isinstance(patch, Mapping):
-        raise MinigptError(
-            "the patch {given!r} must be a mapping of {keys}: the clean prompt (a text or token ids), "
-            "where to put its activation back, and for a patch of heads which head",
-            given=patch,
-            keys=", ".join(PATCH_KEYS),
-        )
-    unknown = [key for key in patch if key not in PATCH_KEYS]
-    if unknown:
-        raise MinigptError(
-            "the patch has unknown key(s) {unknown}; it takes: {keys}",
-            unknown=", ".join(map(repr, unknown)),
-            keys=", ".join(PATCH_KEYS),
-        )
-    clean, block, stage = patch.get("clean"), patch.get("block"), patch.get("stage")
-    position, head = patch.get("position"), patch.get("head")
-    if not clean or not (isinstance(clean, str) or (isinstance(clean, Sequence) and all(map(_is_integer, clean)))):
-        raise MinigptError(
-            "the patch's clean prompt {given!r} must be a non-empty text or list of token ids", given=clean
-        )
-    for name, value, optional in (("block", block, False), ("position", position, True), ("head", head, True)):
-        if not (_is_integer(value) or (optional and value is None)):
-            raise MinigptError(
-                "the patch's {name} {given!r} must be an integer{or_none}",
-                name=name,
-                given=value,
-                or_none=" or None" if optional else "",
-            )
-    return clean, block, stage, position, head
-
-
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_put_back(block: int, stage: str, position: int | None, head: int | None, model: MiniGPT, length: int):
-    """Refuse a patch this model and a prompt of `length` tokens cannot take, in one line each."""
-    cfg = model.cfg
-    known = (stages.INPUT, *stages.block_stages(**stages.of(cfg)), stages.HEADS)  # what a block's pass records
-    if stage not in known:
-        raise MinigptError(
-            "the patch's stage {given!r} is not one of this model's block stages: {known}",
-            given=stage,
-            known=", ".join(known),
-        )
-    if not 0 <= block < cfg.n_layer:
-        raise MinigptError(
-            "the patch's block {given} does not exist; the model has {n_layer} block(s), 0..{last}",
-            given=block,
-            n_layer=cfg.n_layer,
-            last=cfg.n_layer - 1,
-        )
-    if stage == stages.INPUT and block > 0 and cfg.residual_kind is Residual.ATTENTION:
-        raise MinigptError(
-            "the patch's stage input: block {given} of this model has no input row ([model] residual = "
-            '"attention": each sublayer reads its own mix over depth); patch block 0\'s input (the embedding), '
-            "a sublayer's output (attention, ffn) or a read (read1, read2)",
-            given=block,
-        )
-    if position is not None and not 0 <= position < length:
-        raise MinigptError(
-            "the patch's position {given} is beyond the prompt: it has {length} token(s), positions 0..{last}, "
-            "or None for every position at once",
-            given=position,
-            length=length,
-            last=length - 1,
-        )
-    if stage == stages.HEADS and head is None:
-        raise MinigptError(
-            "a patch of heads puts back one head's mixed values: give the patch's head, 0..{last}",
-            last=cfg.n_head - 1,
-        )
-    if stage == stages.HEADS and not 0 <= head < cfg.n_head:
-        raise MinigptError(
-            "the patch's head {given} does not exist; the model has {n_head} heads, 0..{last}",
-            given=head,
-            n_head=cfg.n_head,
-            last=cfg.n_head - 1,
-        )
-    if stage != stages.HEADS and head is not None:
-        raise MinigptError(
-            "the patch's head {given} is for a patch of heads; a patch of {stage} puts back the whole row: "
-            "leave the head out (None)",
-            given=head,
-            stage=stage,
-        )
 
 
 # ---------------------------------------------------------------- from text

@@ -46,7 +46,8 @@ from ..model.gpt import MiniGPT
 from ..model.recorder import Recorder
 from ..text.tokenizer import TextTokenizer
 from .attribution import check_decomposable
-from .trace import check_ids, kept_heads
+from .trace import kept_heads
+from .trace_input import check_ids
 
 BY = ("stage", "head")
 # The stages `by="stage"` patches, in the order a pre-norm block computes them: the stream entering

@@ -13,7 +13,8 @@ second computation here. The only arithmetic on top is
     stage's row, by autograd through the graph of that same recorded pass (gradients.py).
 
 `trace_position` returns a typed `Trace`; `Trace.to_json()` is the `--json` object, and
-trace_text.py lays the same data out as tables for a terminal.
+trace_text.py lays the same data out as tables for a terminal. What a trace is given is checked in
+trace_input.py; two passes side by side are comparison.py's.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from typing import Any
 import torch
 
 from ..config import Residual
-from ..errors import MinigptError, Phrase
-from ..memory import check_memory, forward_bytes
+from ..errors import MinigptError
 from ..model import stages
-from ..model.gpt import MiniGPT, check_token_ids
+from ..model.gpt import MiniGPT
 from ..model.layers import ResidualShapeError
 from ..model.positions import Rotary
 from ..model.recorder import Recorder, Replacement
@@ -38,91 +38,10 @@ from ..text.tokenizer import TextTokenizer
 from . import gradients
 from .depth_reads import Reader, model_readers
 from .gradients import Gradient, Target
-from .interventions import BroadcastUpdate, Intervention, PutBack, SetInput, put_back_name, read_patch, replacements
+from .interventions import BroadcastUpdate, Intervention, SetInput
+from .interventions_apply import replacements
+from .trace_input import check_ids, resolve_blocks, resolve_position
 from .weight_edits import edited
-
-# ---------------------------------------------------------------- input checks (one-line refusals)
-
-
-GIVE_TOKENS = Phrase("pass {prompt} TEXT or {ids} 3,1,4")
-
-
-def tokens_to_trace(tokenizer: TextTokenizer, prompt: str | None, ids: str | Sequence[int] | None) -> list[int]:
-    """The ids a trace follows, from exactly one of a prompt or ids (a list, or "3,1,4")."""
-    if (prompt is None) == (ids is None):
-        raise MinigptError("give the tokens to trace with exactly one of {prompt} TEXT or {ids} 3,1,4")
-    if ids is not None:
-        ids = parse_ids(ids) if isinstance(ids, str) else list(ids)
-        if not ids:
-            raise MinigptError("{ids} is empty; give at least one token id, e.g. {ids} 3,1,4")
-        return ids
-    if prompt == "":
-        raise MinigptError("the prompt is empty; trace needs at least one token: {give}", give=GIVE_TOKENS)
-    return tokenizer.encode(prompt)  # a char tokenizer refuses characters it never saw
-
-
-def parse_ids(text: str) -> list[int]:
-    """`3,1,4` -> [3, 1, 4]; anything but comma-separated integers is refused."""
-    if not text.strip():
-        raise MinigptError("{ids} is empty; trace needs at least one token id, e.g. {ids} 3,1,4")
-    ids = []
-    for part in text.split(","):
-        try:
-            ids.append(int(part.strip()))
-        except ValueError:
-            raise MinigptError(
-                "{ids} {text!r}: {strip!r} is not an integer; give comma-separated token ids, e.g. {ids} 3,1,4",
-                text=text,
-                strip=part.strip(),
-            ) from None
-    return ids
-
-
-def check_ids(model: MiniGPT, ids: list[int], grad: bool = False) -> None:
-    if not ids:
-        raise MinigptError("the prompt has no tokens; trace needs at least one: {give}", give=GIVE_TOKENS)
-    model.check_length(len(ids), "the prompt", "shorten the prompt")
-    check_token_ids(ids, model.vocab_size)
-    # A trace keeps every block's stages and attention weights: for GPT-2 at 1,024 tokens, gigabytes.
-    # With its gradient, the graph's saved values and the gradients' rows too: about twice that.
-    check_memory(
-        forward_bytes(model.cfg, model.vocab_size, len(ids), recorded=True) * (2 if grad else 1),
-        model.token_table.weight.device.type,
-        f"tracing {len(ids)} tokens through this model (every block's stages kept)",
-        "trace a shorter prompt",
-    )
-
-
-def resolve_position(position: int | None, length: int) -> int:
-    """Default: the last token; negative counts from the end, as in Python."""
-    if position is None:
-        return length - 1
-    index = position + length if position < 0 else position
-    if not 0 <= index < length:
-        raise MinigptError(
-            "{position} {given} is beyond the prompt: it has {length} token(s), positions "
-            "0..{value} (or -{length}..-1 from the end)",
-            given=position,
-            length=length,
-            value=length - 1,
-        )
-    return index
-
-
-def resolve_blocks(block: int | None, n_layer: int) -> list[int]:
-    if block is None:
-        return list(range(n_layer))
-    index = block + n_layer if block < 0 else block
-    if not 0 <= index < n_layer:
-        raise MinigptError(
-            "{block} {given} does not exist: the model has {n_layer} block(s), 0..{value} (or "
-            "-{n_layer}..-1 from the end)",
-            given=block,
-            n_layer=n_layer,
-            value=n_layer - 1,
-        )
-    return [index]
-
 
 # ---------------------------------------------------------------- the result, typed
 
@@ -267,7 +186,7 @@ class Trace:
             attribution=None,
             blocks=[replace(b, full_attention=[]) for b in self.blocks],
         )
-        out = _plain(bare)
+        out = plain(bare)
         del out["probabilities"], out["recorded"], out["attribution"]
         if self.gradient is None:
             del out["gradient"]
@@ -297,63 +216,18 @@ class Trace:
         return json.dumps(self.as_dict())
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """What dataclasses.asdict makes of a trace, without its deep copy of every number one by one
     (most of the time of a GPT-2 trace's JSON): a list of numbers is copied whole."""
     if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
         if value and isinstance(value[0], (int, float, str)):
             return list(value)
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
-
-
-@dataclass
-class StageChange:
-    """One stage at the traced position, before and after the interventions. Two runs whose blocks
-    compute in another order (pre-norm and post-norm) each have a stage the other has not
-    (post-norm's residual2): None on the side that has none."""
-
-    before: list[float] | None
-    after: list[float] | None
-    norm_before: float | None
-    norm_after: float | None
-    change: float | None  # the norm of after - before
-
-
-@dataclass
-class Comparison:
-    """Two passes, stage by stage at one position: the unmodified and the modified pass of one model;
-    or (`compared_run` set) another run's pass and this run's; or (`compared_ids`) another prompt's
-    pass and this one's; the last two each with the same `interventions`."""
-
-    interventions: list[str]
-    before: Trace
-    after: Trace
-    stages: list[dict[str, StageChange]]  # per shown block: "input" and each stage
-    kl_divergence: float  # KL(before || after) of the two next-token distributions, in nats
-    run: str | None = None  # comparing runs: the run folder of `after`
-    compared_run: str | None = None  # and of `before`; in the JSON only then
-    compared_ids: list[int] | None = None  # comparing prompts: `before`'s ids; in the JSON only then
-
-    def as_dict(self) -> dict[str, Any]:
-        runs = {} if self.compared_run is None else {"run": self.run, "compared_run": self.compared_run}
-        if self.compared_ids is not None:
-            runs["compared_ids"] = self.compared_ids
-        return {
-            **runs,
-            "interventions": self.interventions,
-            "before": self.before.as_dict(),
-            "after": self.after.as_dict(),
-            "kl_divergence": self.kl_divergence,
-            "stages": [{name: _plain(change) for name, change in block.items()} for block in self.stages],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict())
 
 
 # ---------------------------------------------------------------- the trace, from the recorder
@@ -400,7 +274,7 @@ def trace_position(
     top = min(top, model.vocab_size)
     changes = replacements(list(interventions), model, p, only_at_position)
     model = edited(model, interventions)
-    recorder = _recorded(model, ids, changes, grad, interventions)
+    recorder = recorded_pass(model, ids, changes, grad, interventions)
     gradient = None
     if grad:
         chosen = gradients.choose_target(target, ids, p, recorder[stages.LOGITS][0, p])
@@ -517,7 +391,7 @@ def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: l
 NOT_ROWS = (stages.ATTENTION_WEIGHTS, stages.HEADS, *stages.ROTATED, stages.DEPTH_WEIGHTS1, stages.DEPTH_WEIGHTS2)
 
 
-def _recorded(
+def recorded_pass(
     model: MiniGPT,
     ids: list[int],
     changes: dict[str, Replacement],
@@ -546,171 +420,6 @@ def _recorded(
     finally:
         model.train(was_training)
     return recorder
-
-
-def put_back(model: MiniGPT, tokenizer: TextTokenizer, patch: Any, length: int) -> PutBack:
-    """Run.trace's `patch` ({"clean": TEXT or ids, "block", "stage", "position": P or None, "head":
-    H or None}) for a traced prompt of `length` tokens, checked, as a PutBack of what the clean
-    prompt's own unmodified pass computed there."""
-    clean, block, stage, position, head = read_patch(patch, model, length)
-    try:
-        ids = tokenizer.encode(clean) if isinstance(clean, str) else list(clean)
-        check_ids(model, ids)
-    except MinigptError as exc:
-        raise MinigptError("the patch's clean prompt: {reason}", reason=exc) from None
-    if len(ids) != length:
-        raise MinigptError(
-            "the patch's clean prompt has {n_clean} tokens and the traced one {length}; a patch puts back "
-            "one position's activation at the same position, so give prompts of the same token length "
-            "(clean: {clean_tokens})",
-            n_clean=len(ids),
-            length=length,
-            clean_tokens=" ".join(repr(tokenizer.token_text(i)) for i in ids),
-        )
-    values = _recorded(model, ids, {})[put_back_name(block, stage)]
-    return PutBack(block, stage, position, head, values)
-
-
-def compare(
-    model: MiniGPT,
-    tokenizer: TextTokenizer,
-    ids: list[int],
-    interventions: Sequence[Intervention],
-    position: int | None = None,
-    block: int | None = None,
-    top: int = 5,
-    only_at_position: bool = False,
-    grad: bool = False,
-    target: int | None = None,
-    *,
-    before_model: MiniGPT | None = None,
-    before_ids: list[int] | None = None,
-) -> Comparison:
-    """The same prompt traced without and with `interventions`: each stage's row at the traced
-    position before and after, their norms and the norm of the change, and how far the next-token
-    distribution moved (KL divergence, nats). `grad`: each pass's gradient, both of the loss of
-    one target (at the last position by default the `before` pass's top prediction).
-
-    `before_model`: another model of `model`'s shape (no shape_differences; its blocks may compute
-    in the other order, `norm_position`) and tokenizer, another run's: `before` is then its pass
-    and `after` this model's, both with `interventions`, so the changes are what the other weights
-    compute differently. `before_ids`: another prompt of as many tokens, traced before with the
-    same `interventions`, so the changes are what the other tokens change at this position (a
-    later token changes nothing at an earlier position, unless something reads across positions
-    without the causal mask: norm-over positions)."""
-    if before_ids is not None and len(before_ids) != len(ids):
-        raise MinigptError(
-            "{compare_ids} has {n_before} tokens and the traced prompt {n_ids}; the two passes are compared "
-            "position by position, so give as many tokens",
-            n_before=len(before_ids),
-            n_ids=len(ids),
-        )
-    edits_before = () if before_model is None and before_ids is None else interventions
-    before = trace_position(
-        model if before_model is None else before_model,
-        tokenizer,
-        ids if before_ids is None else before_ids,
-        position,
-        block,
-        top,
-        edits_before,
-        only_at_position,
-        grad=grad,
-        target=target,
-    )
-    chosen = None if before.gradient is None else Target(before.gradient.target_id, before.gradient.target_from)
-    after = trace_position(
-        model, tokenizer, ids, position, block, top, interventions, only_at_position, grad=grad, target=chosen
-    )
-    changes = []
-    for first, second in zip(before.blocks, after.blocks):
-        rows = {} if first.input is None and second.input is None else {stages.INPUT: (_row(first), _row(second))}
-        rows.update({name: (first.stages.get(name), second.stages.get(name)) for name in _aligned(first, second)})
-        changes.append({name: _change(a, b) for name, (a, b) in rows.items()})
-    kl = math.fsum(
-        0.0 if p == 0 else math.inf if q == 0 else p * (math.log(p) - math.log(q))
-        for p, q in zip(before.probabilities, after.probabilities)
-    )
-    compared_ids = None if before_ids is None else list(before_ids)
-    return Comparison([str(item) for item in interventions], before, after, changes, kl, compared_ids=compared_ids)
-
-
-def _row(block: BlockTrace) -> list[float] | None:
-    """What enters the block, where one row does."""
-    return None if block.input is None else block.input.row
-
-
-def _aligned(first: BlockTrace, second: BlockTrace) -> list[str]:
-    """Both blocks' stage names, in the order `second` computes them, a stage only `first` has
-    (post-norm's residual2 beside a pre-norm block) after the stage it follows there."""
-    names = list(second.stages)
-    previous = None
-    for name in first.stages:
-        if name not in names:
-            names.insert(names.index(previous) + 1 if previous in names else len(names), name)
-        previous = name
-    return names
-
-
-# What two models must share for their passes to be compared stage by stage: the stages recorded
-# (blocks, the FFN's, their order, the position row) and each one's shape, the heads whose weights
-# are listed, and the vocabulary the next-token distributions are over. Everything else in [model]
-# (the norm's kind, the activation, biases, the residual, the tied head, the dtype) changes what is
-# computed, not what is recorded: the comparison shows it. The order (`norm_position`) may differ
-# where the reader of the comparison aligns the stages by name (a trace's text and JSON: post-norm's
-# residual2 has no pre-norm row beside it); ORDER_KEYS are the keys that allows.
-SHAPE_KEYS = (
-    "n_layer",
-    "n_head",
-    "n_kv_head",
-    "head_width",
-    "n_embd",
-    "ffn_hidden",
-    "context",
-    "vocab_size",
-    "norm_position",
-    "positions",
-)
-# What architecture() leaves out at its default: the key and value heads (n_head's), a head's width
-# (n_embd / n_head's)
-SHAPE_DEFAULTS = {"n_kv_head": lambda arch: arch["n_head"], "head_width": lambda arch: arch["n_embd"] // arch["n_head"]}
-ORDER_KEYS = ("norm_position",)
-
-
-def shape_differences(model: MiniGPT, other: MiniGPT, order_may_differ: bool = False) -> list[str]:
-    """`key this != other` for each SHAPE_KEYS entry where the two models differ (none: comparable);
-    `order_may_differ`: not the ORDER_KEYS (pre-norm beside post-norm: the same parameters)."""
-    given = model.architecture().keys() | other.architecture().keys()
-    this, that = (_with_defaults(m.architecture()) for m in (model, other))
-    # n_kv_head and head_width only where either run sets one (a head's width follows n_embd otherwise)
-    keys = [key for key in SHAPE_KEYS if not (order_may_differ and key in ORDER_KEYS)]
-    keys = [key for key in keys if key not in SHAPE_DEFAULTS or key in given]
-    # Attention Residuals records other stages (read1 and read2; no residual1 and no output): beside
-    # a model with a residual stream, or without one, half the rows would have nothing to compare with
-    if "attention" in (this["residual"], that["residual"]):
-        keys.append("residual")
-    return [f"{key} {this[key]!r} != {that[key]!r}" for key in keys if this[key] != that[key]]
-
-
-def _with_defaults(arch: dict[str, Any]) -> dict[str, Any]:
-    return {**{key: default(arch) for key, default in SHAPE_DEFAULTS.items()}, **arch}
-
-
-def row_norm(row: list[float]) -> float:
-    """A row's Euclidean norm, its squares summed exactly (math.fsum)."""
-    return math.sqrt(math.fsum(v * v for v in row))
-
-
-def _change(before: list[float] | None, after: list[float] | None) -> StageChange:
-    if before is None or after is None:  # a stage one of two runs' blocks does not compute
-        return StageChange(before, after, _norm(before), _norm(after), None)
-    return StageChange(
-        before, after, row_norm(before), row_norm(after), row_norm([b - a for a, b in zip(before, after)])
-    )
-
-
-def _norm(row: list[float] | None) -> float | None:
-    return None if row is None else row_norm(row)
 
 
 def kept_heads(changes: dict[str, Replacement], model: MiniGPT) -> dict[str, Replacement]:

@@ -11,7 +11,7 @@ import math
 from ..model.stages import FINAL_READ
 from .attribution import Attribution, Part
 from .patching import Patching, swept_stages
-from .trace_text import WIDTH, _pack, number, show_token
+from .text_format import WIDTH, number, pack, show_token
 
 SHOWN_PARTS = 24  # the largest parts get a bar each; the rest are summed on one line
 
@@ -34,7 +34,7 @@ def render_attribution(result: Attribution, digits: int = 4, width: int = WIDTH,
         if weighted
         else ["what each part wrote into the residual stream, through final_norm (its scale"]
     )
-    out = _pack(
+    out = pack(
         [
             f"attribution: {what} at position {result.position} = {number(result.total, digits)},",
             f"the sum of {len(result.parts)} parts:",
@@ -67,7 +67,7 @@ def render_attribution(result: Attribution, digits: int = 4, width: int = WIDTH,
 
 def render_attribution_pair(before: Attribution, after: Attribution, digits: int = 4, width: int = WIDTH) -> list[str]:
     """An attribution without and with interventions: each part's value in both, largest change first."""
-    out = _pack(
+    out = pack(
         [
             f"attribution: logit of {_versus(before.token, before.versus)} at position {before.position},",
             f"before {number(before.total, digits)} and after {number(after.total, digits)} the interventions,",
@@ -105,7 +105,7 @@ def _aligned(before: Attribution, after: Attribution) -> list:
 def render_patching(result: Patching, digits: int = 2, width: int = WIDTH) -> str:
     """The sweep as grids: for each stage (or the heads), blocks down and positions across."""
     clean, corrupt = result.clean, result.corrupt
-    out = _pack(
+    out = pack(
         [
             f"activation patching: {show_token(result.answer)} minus {show_token(result.versus)} at the last position",
             f"clean {number(clean.logit_difference, 4)}, corrupt {number(corrupt.logit_difference, 4)};",
@@ -115,8 +115,8 @@ def render_patching(result: Patching, digits: int = 2, width: int = WIDTH) -> st
         width,
         " ",
     )
-    out += _pack(["clean:  "] + [show_token(t) for t in clean.tokens], width, " ")
-    out += _pack(["corrupt:"] + [show_token(t) for t in corrupt.tokens], width, " ")
+    out += pack(["clean:  "] + [show_token(t) for t in clean.tokens], width, " ")
+    out += pack(["corrupt:"] + [show_token(t) for t in corrupt.tokens], width, " ")
     n_layer = 1 + max(e.block for e in result.effects)
     columns = [f"{p}:{show_token(t, 6)}" for p, t in enumerate(clean.tokens)]
     if result.by == "stage":
