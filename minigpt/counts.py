@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .config import ModelConfig, Residual
 
 # The symbols a formula is written in, in the order it lists them.
-TERMS = ("D²", "Dd", "DF", "VD", "context·D", "TD", "Td", "F", "D", "d")
+TERMS = ("D²", "Dd", "DF", "VD", "context·D", "buckets·H", "TD", "Td", "F", "D", "d")
 # The terms that are weight matrices inside a block: D² or Dd (attention's four) and DF (the FFN's two).
 MATRIX_TERMS = ("D²", "Dd", "DF")
 
@@ -41,6 +41,8 @@ class Sizes:
     context: int
     T: int
     d: int = 0  # a head's width, where attention is written in Dd (grouped_attention); 0: not used
+    buckets: int = 0  # positions = "t5": its buckets of distance, a bias per head each
+    H: int = 0  # and the heads they bias
 
     def of(self, term: str) -> int:
         return {
@@ -49,6 +51,7 @@ class Sizes:
             "DF": self.D * self.F,
             "VD": self.V * self.D,
             "context·D": self.context * self.D,
+            "buckets·H": self.buckets * self.H,
             "TD": self.T * self.D,
             "Td": self.T * self.d,
             "F": self.F,
@@ -65,8 +68,9 @@ class Formula:
 
     @staticmethod
     def of(**coefficients: int) -> Formula:
-        """Formula.of(DD=4, D=4): `DD` is D², `DF`, `VD`, `contextD`, `TD`, `Dd`, `Td`, `F`, `D`, `d` the others."""
-        names = {"DD": "D²", "contextD": "context·D"}
+        """Formula.of(DD=4, D=4): `DD` is D², `contextD` context·D, `bucketsH` buckets·H, `DF`, `VD`, `TD`,
+        `Dd`, `Td`, `F`, `D`, `d` the others."""
+        names = {"DD": "D²", "contextD": "context·D", "bucketsH": "buckets·H"}
         return Formula._normal({names.get(k, k): v for k, v in coefficients.items()})
 
     @staticmethod
@@ -156,8 +160,10 @@ class Counts:
 def sizes_of(cfg: ModelConfig, vocab_size: int, positions: int | None = None) -> Sizes:
     """The symbols' values for a model; `positions` (T) defaults to its context."""
     T = cfg.context if positions is None else positions
+    d = cfg.resolved_head_width if grouped_attention(cfg) else 0
+    t5 = cfg.positions == "t5"
     return Sizes(
-        cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, T, cfg.resolved_head_width if grouped_attention(cfg) else 0
+        cfg.n_embd, cfg.ffn_hidden, vocab_size, cfg.context, T, d, cfg.t5_buckets if t5 else 0, cfg.n_head if t5 else 0
     )
 
 
@@ -234,6 +240,8 @@ def parameter_counts(cfg: ModelConfig, vocab_size: int) -> Counts:
     before = [Part("token_table", Formula.of(VD=1))]
     if cfg.positions == "learned":
         before.append(Part("position_table", Formula.of(contextD=1)))
+    if cfg.positions == "t5":  # one table of biases for every block: a bias per head and bucket of distance
+        before.append(Part("relative_bias", Formula.of(bucketsH=1), "T5's, shared by every block"))
     after = [Part("final_depth.query", Formula.of(D=1), "the final norm's read over depth")] if depth else []
     after += [Part("final_norm", norm, norm_says)] if norm.terms else []
     tied = cfg.tie_embeddings

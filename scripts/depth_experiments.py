@@ -4,6 +4,8 @@
 number it quotes (runs/depth-experiments.json), and prints the tables.
 
     python scripts/depth_experiments.py             about an hour on a 2-core laptop CPU
+    python scripts/depth_experiments.py --only init     gradients against depth at initialisation (2 minutes)
+    python scripts/depth_experiments.py --only warmup   warmup at Xiong et al.'s learning rates (about 30 minutes)
     python scripts/depth_experiments.py --again     figures and numbers again from the runs
     python scripts/depth_experiments.py --out DIR   the runs go to DIR (default: runs/)
 
@@ -19,6 +21,14 @@ Rerunning continues where it stopped: each sweep skips its finished cells (minig
    Residuals took (equal wall time, from the sweep's own wall times). For each model: the
    validation loss, the size of what each block's first norm reads (the paper's hidden-state
    growth), each layer's depth weights, and each block's gradient norm over the last logged steps.
+3. At initialisation (Xiong et al. 2020, Theorem 1): each block's gradient norm on the first
+   batch, before any update (the metrics' step-1 record: the gradient is taken on the initial
+   weights, the update follows it), against depth 2 to 32, pre- and post-norm, with GPT-2's
+   initialisation and with Xavier's (`[model] init`), two seeds; and the slope of the last block's
+   gradient against depth on a log-log scale (Theorem 1: -1/2 for pre-norm, 0 for post-norm).
+4. Warmup at Xiong's learning rates (Adam at 5e-4 and 1e-3): 12 blocks, pre- and post-norm, GPT-2's
+   and Xavier's initialisation, no warmup against 60 warmup steps of 1,500 (4%), two seeds
+   (configs/depth/warmup.toml).
 Nothing here belongs in the test suite (tests/test_sweep.py and tests/test_attention_residuals*.py
 hold the checks).
 """
@@ -44,10 +54,28 @@ NORM_GRID = [
     "--grid", "train.warmup_steps=0,50",
     "--seeds", "2",
 ]  # fmt: skip
-RESIDUAL_GRID = ["--grid", "model.residual=true,attention", "--grid", "model.n_layer=12,24"]
+RESIDUAL_GRID = ["--grid", "model.residual=true,attention", "--seeds", "2"]
+BLOCK_GRID = ["--grid", "model.attention_residual_blocks=8", "--seeds", "2"]  # 24 layers in 8 blocks
 NORM_CONFIG = ROOT / "configs" / "depth" / "norm-placement.toml"
 RESIDUAL_CONFIG = ROOT / "configs" / "depth" / "attention-residuals.toml"
-RESIDUAL_STEPS = 300  # the config's steps
+RESIDUAL_STEPS = 1200  # the config's steps
+INIT_GRID = [
+    "--grid", "model.n_layer=2,4,8,16,32",
+    "--grid", "model.norm_position=pre,post",
+    "--grid", "model.init=gpt2,xavier",
+    "--seeds", "2",
+]  # fmt: skip
+# one step, logged: its record holds each block's gradient on the initial weights
+AT_INIT = ["--set", "train.steps=1", "--set", "train.log_interval=1", "--set", "train.eval_interval=1",
+           "--set", "train.eval_batches=1", "--set", "train.checkpoint_interval=1"]  # fmt: skip
+WARMUP_GRID = [
+    "--grid", "model.norm_position=pre,post",
+    "--grid", "train.learning_rate=5e-4,1e-3",
+    "--grid", "train.warmup_steps=0,60",
+    "--grid", "model.init=gpt2,xavier",
+    "--seeds", "2",
+]  # fmt: skip
+WARMUP_CONFIG = ROOT / "configs" / "depth" / "warmup.toml"
 
 
 def minigpt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -127,37 +155,120 @@ def _state(cell: dict, baseline: float) -> str:
     return "trained" if loss is not None and loss < baseline else "failed to train"
 
 
+# ---------------------------------------------------------------- 3. at initialisation
+
+
+def at_initialisation(out: Path, again: bool) -> dict:
+    sweep = out / "norm-at-init"
+    if not again:
+        minigpt("sweep", "-c", str(NORM_CONFIG), *INIT_GRID, *AT_INIT, "--out", str(sweep))
+    by_setting: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for cell in cells(sweep):
+        grid = cell["values"]
+        name = f"{grid['model.norm_position']}-norm, {grid['model.init']}"
+        by_setting[name][grid["model.n_layer"]].append(_first_grads(Path(cell["run"])))
+    rows = {}
+    for name, by_depth in sorted(by_setting.items()):
+        depths = sorted(by_depth)
+        last = {L: sum(g[-1] for g in by_depth[L]) / len(by_depth[L]) for L in depths}
+        first = {L: sum(g[0] for g in by_depth[L]) / len(by_depth[L]) for L in depths}
+        rows[name] = {"last_block": last, "first_block": first, "slope": _slope(last)}
+    _init_figure(rows)
+    return rows
+
+
+def _slope(values: dict[int, float]) -> float:
+    """The least-squares slope of log(value) against log(depth): the power of L it scales as."""
+    xs, ys = [math.log(L) for L in values], [math.log(v) for v in values.values()]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def _init_figure(rows: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, row in rows.items():
+        depths = list(row["last_block"])
+        ax.plot(depths, list(row["last_block"].values()), "o-" if "pre" in name else "s--",
+                label=f"{name} (slope {row['slope']:+.2f})")  # fmt: skip
+    ax.set(xscale="log", yscale="log", xlabel="blocks (L)", ylabel="last block's gradient norm at initialisation")
+    ax.set_xticks([2, 4, 8, 16, 32], labels=["2", "4", "8", "16", "32"])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())  # the depths alone, not log-scale minor ticks
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "depth-init-gradients.png", dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- 4. warmup at Xiong's learning rates
+
+
+def warmup(out: Path, again: bool) -> dict:
+    sweep = out / "warmup"
+    if not again:
+        minigpt("sweep", "-c", str(WARMUP_CONFIG), *WARMUP_GRID, "--out", str(sweep))
+    baseline = unigram_loss()
+    rows: dict[str, list] = defaultdict(list)
+    for cell in cells(sweep):
+        grid = cell["values"]
+        name = (
+            f"{grid['model.norm_position']}-norm, {grid['model.init']}, lr {grid['train.learning_rate']:g}, "
+            f"warmup {grid['train.warmup_steps']}"
+        )
+        rows[name].append({"final_val_loss": cell["final_val_loss"], "state": _state(cell, baseline)})
+    return {"unigram_loss": baseline, "cells": dict(sorted(rows.items()))}
+
+
 # ---------------------------------------------------------------- 2. Attention Residuals
 
 
 def attention_residuals(out: Path, again: bool) -> dict:
-    sweep = out / "attention-residuals"
+    sweep, block_sweep = out / "attention-residuals", out / "attention-residuals-block"
     if not again:
         minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *RESIDUAL_GRID, "--out", str(sweep))
-    by_cell = {(c["values"]["model.residual"], c["values"]["model.n_layer"]): c for c in cells(sweep)}
-    runs, results = {}, {}
-    for depth in (12, 24):
-        ordinary, attention = by_cell[(True, depth)], by_cell[("attention", depth)]
-        runs[f"residual, {depth} blocks"] = Path(ordinary["run"])
-        runs[f"attention residuals, {depth} blocks"] = Path(attention["run"])
-        # equal wall time: the ordinary residual for as long as Attention Residuals trained
-        steps = round(RESIDUAL_STEPS * attention["wall_s"] / ordinary["wall_s"])
-        timed = out / "attention-residuals-time" / f"n_layer={depth}"
-        if not again and not (timed / "checkpoint.pt").exists():
-            minigpt("train", "-c", str(RESIDUAL_CONFIG), "--set", "model.residual=true", "--set",
-                    f"model.n_layer={depth}", "--steps", str(steps), "--out", str(timed))  # fmt: skip
-        runs[f"residual, {depth} blocks, {steps} steps (equal time)"] = timed
-        results[depth] = {"step_time_ratio": attention["wall_s"] / ordinary["wall_s"], "equal_time_steps": steps}
-    measured = {name: measure(path) for name, path in runs.items()}
-    figures(measured)
-    return {"by_depth": results, "runs": {name: str(path) for name, path in runs.items()}, "measured": measured}
+        minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *BLOCK_GRID, "--out", str(block_sweep))
+    runs: dict[str, list[Path]] = defaultdict(list)
+    wall: dict[str, list[float]] = defaultdict(list)
+    for cell in cells(sweep) + cells(block_sweep):
+        values = cell["values"]
+        name = (
+            "block AttnRes (8 blocks)"
+            if "model.attention_residual_blocks" in values
+            else "full AttnRes"
+            if values["model.residual"] == "attention"
+            else "residual"
+        )
+        runs[name].append(Path(cell["run"]))
+        wall[name].append(cell["wall_s"])
+    # equal wall time: the ordinary residual trained for as long as full Attention Residuals took
+    ratio = sum(wall["full AttnRes"]) / sum(wall["residual"])
+    steps = round(RESIDUAL_STEPS * ratio)
+    timed = out / "attention-residuals-time"
+    if not again and not (timed / "checkpoint.pt").exists():
+        minigpt("train", "-c", str(RESIDUAL_CONFIG), "--set", "model.residual=true", "--steps", str(steps),
+                "--set", f"train.checkpoint_interval={steps}", "--out", str(timed))  # fmt: skip
+    runs[f"residual, {steps} steps (equal time)"] = [timed]
+    measured = {name: [measure(path) for path in paths] for name, paths in runs.items()}
+    figures({name: ms[0] for name, ms in measured.items()})
+    return {
+        "step_time_ratio": {name: sum(w) / sum(wall["residual"]) for name, w in wall.items()},
+        "equal_time_steps": steps,
+        "runs": {name: [str(p) for p in paths] for name, paths in runs.items()},
+        "measured": measured,
+    }
 
 
 def measure(run_dir: Path) -> dict:
-    """One run's numbers: its last validation loss, the norm of what each block's first norm reads
+    """One run's numbers: its last validation loss, the norm of each layer's output (each attention's
+    and each FFN's, what the paper's Fig. 5 plots) and of what each block's first norm reads
     (ordinary: the stream entering the block; Attention Residuals: read1), mean over 16 validation
-    windows' positions, each layer's mean depth weights, and each block's gradient norm over the
-    last five logged steps."""
+    windows' positions, each layer's mean depth weights, and each block's gradient norm at
+    initialisation (the first logged step's, taken on the initial weights) and over the last five
+    logged steps."""
     import torch
 
     import minigpt
@@ -189,8 +300,10 @@ def measure(run_dir: Path) -> dict:
     else:
         reads = [size(stages.INPUT)] + [size(stages.block_name(i, stages.OUTPUT)) for i in range(n_layer - 1)]
         weights = None
+    outputs = [size(stages.block_name(i, stage)) for i in range(n_layer) for stage in (stages.ATTENTION, stages.FFN)]
     logged = metrics(run_dir)
-    grads = [record["block_grad_norms"] for record in logged["train"] if "block_grad_norms" in record][-5:]
+    every = [record["block_grad_norms"] for record in logged["train"] if "block_grad_norms" in record]
+    grads = every[-5:]
     grad_norms = [sum(g[i] for g in grads) / len(grads) for i in range(n_layer)]
     elapsed = {record["step"]: record["elapsed_s"] for record in logged["train"]}
     return {
@@ -198,6 +311,8 @@ def measure(run_dir: Path) -> dict:
         "val_curve": [(r["step"], elapsed.get(r["step"]), r["val_loss"]) for r in logged["eval"] if r["step"]],
         "val_loss": logged["eval"][-1]["val_loss"],
         "read_norm": reads,
+        "output_norm": outputs,
+        "grad_at_init": every[0] if logged["train"][0]["step"] == 1 else None,
         "depth_weights": weights,
         "grad_norm": grad_norms,
     }
@@ -211,7 +326,7 @@ def figures(measured: dict) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for name, m in measured.items():
-        style = "-" if name.startswith("attention") else ":" if "equal time" in name else "--"
+        style = "-" if "AttnRes" in name else ":" if "equal time" in name else "--"
         steps, seconds, losses = zip(*m["val_curve"])
         left.plot(steps, losses, style, marker="o", label=name)
         right.plot(seconds, losses, style, marker="o", label=name)
@@ -222,15 +337,18 @@ def figures(measured: dict) -> None:
     fig.savefig(DOCS / "depth-attention-residuals-curves.png", dpi=110)
     plt.close(fig)
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4))
     for name, m in measured.items():
         if "equal time" in name:
             continue
-        style = "-" if name.startswith("attention") else "--"
-        left.plot(range(len(m["read_norm"])), m["read_norm"], style, label=name)
+        style = "-" if "AttnRes" in name else "--"
+        left.plot(range(len(m["output_norm"])), m["output_norm"], style, label=name)
+        if m["grad_at_init"]:
+            middle.plot(range(len(m["grad_at_init"])), m["grad_at_init"], style, label=name)
         right.plot(range(len(m["grad_norm"])), m["grad_norm"], style, label=name)
-    left.set(xlabel="block", ylabel="mean L2 norm of what norm1 reads", title="hidden-state size by block")
-    right.set(xlabel="block", ylabel="gradient norm (last 5 logged steps)", title="gradient by block", yscale="log")
+    left.set(xlabel="layer (attention, FFN, ...)", ylabel="mean L2 norm of its output", title="output size by layer")
+    middle.set(xlabel="block", ylabel="gradient norm", title="gradient at initialisation", yscale="log")
+    right.set(xlabel="block", ylabel="gradient norm (last 5 steps)", title="gradient after training", yscale="log")
     left.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(DOCS / "depth-attention-residuals-norms.png", dpi=110)
@@ -272,12 +390,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs")
     parser.add_argument("--again", action="store_true", help="figures and numbers again from the runs")
-    parser.add_argument("--only", choices=("norm", "residuals"), help="one experiment")
+    parser.add_argument("--only", choices=("norm", "residuals", "init", "warmup"), help="one experiment")
     args = parser.parse_args()
     results_file = args.out / "depth-experiments.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     if args.only in (None, "norm"):
         results["norm_placement"] = norm_placement(args.out, args.again)
+    if args.only in (None, "init"):
+        results["at_initialisation"] = at_initialisation(args.out, args.again)
+    if args.only in (None, "warmup"):
+        results["warmup"] = warmup(args.out, args.again)
     if args.only in (None, "residuals"):
         results["attention_residuals"] = attention_residuals(args.out, args.again)
         results["attention_residuals"]["depth_reads"] = summary(results["attention_residuals"]["measured"])

@@ -12,6 +12,8 @@ The convention (also in docs/guide/layout-and-development.md):
   means the command must fail; otherwise it must succeed.
 - `<!-- doc-setup: COMMAND -->` runs COMMAND (bash) at that point, unseen by the reader.
 - `<!-- output not checked: REASON -->` right before a fence leaves that block out (never in docs/learn/).
+- A Learn page runs after the README's Quick start (runs/default holds a run) and without the extras
+  (tests/test_docs.py prepares its folder so).
 
 `run_page` runs a page's steps in the calling process (tests/test_docs.py: the test's own, so a page
 costs no torch import of its own): `minigpt` commands in-process through the CLI's own `main`,
@@ -172,12 +174,16 @@ def run_step(step: Step, folder: Path) -> dict:
     return {"command": step.command, "line": step.line, "code": code, "stdout": out, "stderr": err}
 
 
-def run_page(page: Path, scratch: Path):
+def run_page(page: Path, scratch: Path, prepare=None):
     """Each step of `page` run in order in a reader's folder at `scratch`, from inside it; yields
-    each step's result as it ends. The working directory is the caller's again afterwards."""
+    each step's result as it ends. `prepare(folder)`, when given, makes the folder what the reader has
+    before the page's first command (tests/test_docs.py: a Learn page's reader has the Quick start's
+    run). The working directory is the caller's again afterwards."""
     repo = Path(__file__).resolve().parents[1]
     text = page.read_text(encoding="utf-8")
     folder = scratch_folder(repo, scratch)
+    if prepare is not None:
+        prepare(folder)
     before = os.getcwd()
     os.chdir(folder)
     try:

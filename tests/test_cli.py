@@ -146,9 +146,9 @@ def test_trains_config_key_flags_are_built_from_their_keys():
 
 
 def test_a_config_key_flag_is_checked_as_the_key_and_named_as_the_flag(minigpt_process):
-    result = minigpt_process("train", "--steps", "0", "--out", "never")
+    result = minigpt_process("train", "--steps", "-1", "--out", "never")
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == "minigpt: error: --steps 0: [train] steps = 0 must be at least 1\n"
+    assert result.stderr == "minigpt: error: --steps -1: [train] steps = -1 must be at least 0\n"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ CASES = [
     ([], "model.rope_scaling", "", "linear:2"),
     ([], "model.n_kv_head", 0, 3),
     (['model.positions="rope"'], "model.head_width", 0, 3),
+    ([], "model.rope_fraction", 1.0, 0.5),
+    (['model.positions="rope"'], "model.rope_fraction", 1.0, 0.09375),  # 3 of a head's 32 coordinates
+    (['model.positions="sinusoidal"', "model.n_head=1"], "model.n_embd", 128, 129),
+    (['model.positions="t5"'], "model.t5_max_distance", 128, 16),
     (["model.n_kv_head=2"], "model.exercise", "none", "attention"),
     (["model.bias=false", "model.qkv_bias=true"], "model.exercise", "none", "attention"),
     (['model.positions="rope"'], "model.exercise", "none", "attention"),
@@ -52,7 +56,7 @@ def load_refusal(sets: list[str], key: str, value) -> ConfigError:
 
 
 def test_the_table_has_one_case_per_row():
-    assert len(CASES) == len(ROWS) == 21
+    assert len(CASES) == len(ROWS) == 25
 
 
 @pytest.mark.parametrize(("row", "case"), list(zip(ROWS, CASES)), ids=[case[1] for case in CASES])

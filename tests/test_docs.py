@@ -1,9 +1,15 @@
 """Every command a docs page shows with its output prints that output: each page's blocks run in order,
 as a reader would run them, in a scratch folder of their own (tests/docs_pages.py has the convention).
-The Learn pages leave nothing out."""
+The Learn pages leave nothing out, and run as their reader runs them: after the README's Quick start
+(runs/default holds a run, which a page must neither write over nor read by default) and after
+`pip install -e .` alone (no extra's module can be imported)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,6 +17,9 @@ from docs_pages import Block, Step, matches, read_page, run_page
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
+# The modules of the extras a figure, an export or an import needs (pyproject.toml), none of them
+# installed by `pip install -e .`: a Learn page's commands run without them.
+EXTRAS = ("matplotlib", "safetensors", "transformers", "peft", "tensorboard", "onnx", "onnxruntime", "onnxscript")
 
 
 def _pages_with_commands() -> list[Path]:
@@ -25,10 +34,39 @@ def _checked_steps(page: Path) -> list[Step]:
     return steps
 
 
+def _after_the_quick_start_without_extras(monkeypatch, blocked: Path):
+    """A Learn page's reader: runs/default holds a run (the Quick start's; chapter 17's stands in for
+    it), and no extra is installed: each extra's module raises ImportError, in this process (where
+    `minigpt` commands run) and in every process a page's bash command starts (PYTHONPATH)."""
+    blocked.mkdir()
+    for name in EXTRAS:
+        (blocked / f"{name}.py").write_text(f"raise ImportError('{name} is an extra: a Learn page runs without it')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(blocked), os.environ.get("PYTHONPATH")])))
+    for name in [m for m in sys.modules if m.split(".")[0] in EXTRAS] + list(EXTRAS):
+        monkeypatch.setitem(sys.modules, name, None)
+
+    def prepare(folder: Path) -> None:
+        shutil.copytree(REPO / "data" / "chapter17", folder / "runs" / "default")
+
+    return prepare
+
+
+def test_the_blocked_modules_are_the_extras_a_plain_install_leaves_out():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = {
+        spec.split(">")[0].split("=")[0]
+        for key in ("plot", "export", "peft", "tensorboard", "onnx")
+        for spec in extras[key]
+    }
+    assert wanted == set(EXTRAS)
+
+
 @pytest.mark.slow  # a process per page, replaying its commands as a reader would
 @pytest.mark.parametrize("page", _pages_with_commands(), ids=lambda p: str(p.relative_to(DOCS)))
-def test_every_shown_command_prints_what_the_page_shows(page, tmp_path):
-    results = list(run_page(page, tmp_path / "reader"))
+def test_every_shown_command_prints_what_the_page_shows(page, tmp_path, monkeypatch):
+    learn = page.parent == DOCS / "learn"
+    prepare = _after_the_quick_start_without_extras(monkeypatch, tmp_path / "no-extras") if learn else None
+    results = list(run_page(page, tmp_path / "reader", prepare))
     steps = _checked_steps(page)
     assert len(results) == len(steps)
     where = page.relative_to(REPO)

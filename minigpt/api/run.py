@@ -94,7 +94,7 @@ class Run(Tracing, TaskAccuracy):
 
     def read_with(self, extrapolate: bool = False, rope_scaling: str | None = None) -> Run:
         """Read the model past the length it was trained at ([model] context) on purpose
-        (`extrapolate`: rope, alibi and none models), or with rope's rotations stretched
+        (`extrapolate`: any positions but a learned table), or with rope's rotations stretched
         (`rope_scaling`: "linear:F", "ntk:F" or "yarn:F", accepting F x context tokens); every later
         sample, trace and eval reads it so. Returns the run."""
         self.model.read_with(extrapolate=extrapolate, rope_scaling=rope_scaling)
@@ -271,7 +271,7 @@ class Run(Tracing, TaskAccuracy):
         """The mean next-token loss at each position 0 .. length-1 (default: the model's context) of
         the non-overlapping windows of `length` tokens a UTF-8 text file holds (`windows`: at most
         that many, spread evenly over the text), each read from position 0: where the loss climbs
-        past the length the model was trained at. Past that length a rope, alibi or none model needs
+        past the length the model was trained at. Past that length a model without a learned table needs
         read_with (extrapolate, or a rope scaling factor that covers it); a learned one refuses."""
         length = self.model.context if length is None else length
         for value, name in ((length, "length"), (windows, "windows")):

@@ -70,10 +70,13 @@ def transient(message: str, quiet: bool = False) -> Iterator[None]:
 
 def check_png(path: Path | None, flag: str, force: bool) -> None:
     """The PNG an output flag names (`--png`, `plot -o`), checked before the work that draws it
-    (check_output); `--force` without that flag is refused, not ignored."""
+    (check_output), and matplotlib, which draws it, there too; `--force` without that flag is refused,
+    not ignored."""
     from ..api import PNG, check_output
+    from ..inspection.plot import require_matplotlib
 
     if path is not None:
+        require_matplotlib()
         check_output(path, flag, PNG, force=force)
     elif force:
         raise MinigptError(

@@ -88,7 +88,7 @@ def _check(o: ExerciseCheckOptions) -> None:
     exercise = EXERCISES[name]
     report = check(name, o.dir)
     lines = [f"checking {shown_path(path)} ({exercise.source}: {exercise.title})"]
-    lines += [f"  {'ok  ' if r.passed else 'FAIL'}  {r.line}" for r in report.results if r.shown]
+    lines += [f"  {'ok  ' if r.passed else 'FAIL'}  {r.line}" for r in report.results]
     if report.passed:
         file_words = [] if Path(o.dir) == DEFAULT_DIR else ["--exercise-file", str(path)]
         lines.append(
@@ -98,6 +98,5 @@ def _check(o: ExerciseCheckOptions) -> None:
         typer.echo("\n".join(lines))
         return
     typer.echo("\n".join(lines))
-    failing = sum(not r.passed for r in report.results) + report.not_run
     # exit status 1: the file was checked, and failed (a file that cannot be checked is a refusal, 2)
-    refuse(f"{name}: {failing} of {report.total} checks fail; fix the first, then check again", code=1)
+    refuse(f"{name}: {report.summary}; fix the first, then check again", code=1)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape as markup_escape
 
 from ..config import PATH_KEYS, PATH_LISTS, SECTIONS
 from ..errors import as_flag
@@ -50,8 +51,8 @@ ExtrapolateOption = Annotated[
     bool,
     typer.Option(
         "--extrapolate",
-        help="Read past the length the model was trained at ([model] context) on purpose: a rope, alibi or none "
-        "model accepts any length (a learned table has no row there and still refuses).",
+        help="Read past the length the model was trained at (its context) on purpose: a rope, alibi, t5, "
+        "sinusoidal or none model accepts any length (a learned table has no row there and still refuses).",
     ),
 ]
 RopeScalingOption = Annotated[
@@ -159,7 +160,8 @@ def _key_option(section: str, key: Field) -> Any:
     short = ("-" + key.metadata["short"],) if key.metadata["short"] else ()
     text = key.metadata["help"]
     text = text[0].upper() + text[1:] + "." + (" Repeatable." if kind == list[Path] else "")
-    return Annotated[kind | None, typer.Option(*short, _long_flag(key.name, kind is bool), help=text)]
+    # typer writes help through rich's markup, where a key's "[model] init" is a tag and vanishes
+    return Annotated[kind | None, typer.Option(*short, _long_flag(key.name, kind is bool), help=markup_escape(text))]
 
 
 def _long_flag(name: str, is_bool: bool) -> str:

@@ -35,7 +35,7 @@ class SampleOptions(SampleKeys):
     """Continue a prompt with a trained model. An empty prompt starts from a newline.
 
     A prompt longer than the model's context (the rows of its position table, or the length a
-    rope, alibi or none model was trained at) is refused, never cropped, unless --extrapolate or
+    model with other positions was trained at) is refused, never cropped, unless --extrapolate or
     --rope-scaling lets such a model read further. Past it, generation continues with a sliding
     window of the last context tokens, or stops with --no-slide.
     """
@@ -81,7 +81,7 @@ class EvalOptions(Options):
             metavar="N|A-B",
             help="A task run's task at length N (trained on or not): exact match on held-out examples of that "
             "length; A-B: a table of every length from A to B, each marked trained or not. Longer than the "
-            "model's context only with --extrapolate (rope, alibi, none).",
+            "model's context only with --extrapolate (any positions but a learned table).",
         ),
     ] = None
     as_json: Annotated[

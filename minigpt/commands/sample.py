@@ -45,18 +45,24 @@ def main(o: SampleOptions) -> None:
     total = sum(len(r.token_ids) for r in results)
     seconds = max(r.seconds for r in results)
     reasons = ", ".join(dict.fromkeys(r.stop_reason for r in results))
-    note = (
-        f" (the text fills the {run.model.context}-row position table; drop --no-slide to continue "
-        f"with a sliding window)"
-        if "context_limit" in reasons
-        else ""
-    )
+    note = f" ({_filled(run)}; drop --no-slide to continue with a sliding window)" if "context_limit" in reasons else ""
     sys.stderr.write(
         f"minigpt: {len(results)} sample{'s' if len(results) > 1 else ''}, {total} new tokens in "
         f"{seconds:.2f} s ({total / seconds if seconds > 0 else 0.0:.1f} tokens/s); "
         f"stopped: {reasons}{note}\n"
     )
     sys.stderr.flush()
+
+
+def _filled(run) -> str:
+    """What the text filled when --no-slide stopped it: a learned table's rows, or the length the
+    model reads at once (the length it was trained at, or what --rope-scaling stretches that to)."""
+    reading = run.model.reading
+    if run.model.cfg.positions == "learned":
+        return f"the text fills the {reading.window}-row position table"
+    if reading.user_rule is not None:
+        return f"the text fills the {reading.window} tokens --rope-scaling {reading.user_rule} lets the model read"
+    return f"the text reaches the {reading.window} tokens the model was trained at ([model] context)"
 
 
 def _note_past(run, results) -> None:

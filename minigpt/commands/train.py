@@ -89,6 +89,9 @@ def _train(o: TrainOptions) -> None:
         raise typer.Exit(exc.exit_code) from None
     except WriteFailed as exc:  # said with the command that resumes
         raise WriteFailed(exc.reason, exc.run, exc.checkpoint_step, resume_with=_resume_command(o)) from None
+    if result.total == 0:  # steps = 0: the model as initialised, for reading it before any update
+        say(f"trained 0 steps: {result.run} holds the initial weights (step 0), as [model] init drew them", quiet)
+        return
     if result.steps_taken == 0 and not result.stopped:
         say(f"run in {result.run} already finished {result.step} steps; nothing to do", quiet)
         return

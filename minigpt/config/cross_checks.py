@@ -69,6 +69,35 @@ MODEL_CHECKS: tuple[CrossCheck, ...] = (
         value=lambda m: m.resolved_head_width,
     ),
     CrossCheck(
+        '[model] rope_fraction = {given} is given with positions = "{positions}"; it is the share of a head '
+        'that rope rotates, so use it with positions = "rope" or leave it at 1.0',
+        lambda m: m.rope_fraction != 1.0 and m.positions != "rope",
+        given=lambda m: m.rope_fraction,
+        positions=lambda m: m.positions,
+    ),
+    CrossCheck(
+        "[model] rope_fraction = {given} rotates {value} of each head's {width} coordinates; rope rotates them in "
+        "pairs, so choose a rope_fraction that makes int(width x rope_fraction) even and at least 2 (e.g. 0.25 of "
+        "a head 8 wide)",
+        lambda m: m.positions == "rope" and (m.rotary_width % 2 or m.rotary_width < 2),
+        given=lambda m: m.rope_fraction,
+        value=lambda m: m.rotary_width,
+        width=lambda m: m.resolved_head_width,
+    ),
+    CrossCheck(
+        '[model] positions = "sinusoidal" with n_embd = {value} is refused: its table pairs a sine with a cosine '
+        "for each frequency, so the width must be even; choose an even n_embd",
+        lambda m: m.positions == "sinusoidal" and m.n_embd % 2,
+        value=lambda m: m.n_embd,
+    ),
+    CrossCheck(
+        "[model] t5_max_distance = {value} is not past the buckets that hold one distance each (t5_buckets / 2 = "
+        "{exact}); choose a t5_max_distance above {exact} (T5's: 128 for 32 buckets)",
+        lambda m: m.positions == "t5" and m.t5_max_distance <= m.t5_buckets // 2,
+        value=lambda m: m.t5_max_distance,
+        exact=lambda m: m.t5_buckets // 2,
+    ),
+    CrossCheck(
         '[model] exercise = "{exercise}" with n_kv_head or head_width set is refused: the exercise\'s attention has '
         "one key and value head per query head, each n_embd / n_head wide; leave both at 0 with it",
         lambda m: (m.n_kv_head or m.head_width) and m.exercise in ("attention", "block"),
@@ -85,7 +114,7 @@ MODEL_CHECKS: tuple[CrossCheck, ...] = (
     CrossCheck(
         '[model] exercise = "{exercise}" with positions = "{positions}" is refused: the exercise\'s attention knows '
         'no {positions} positions (they live inside attention); use positions = "learned" or "none" with it',
-        lambda m: m.positions in ("rope", "alibi") and m.exercise in ("attention", "block"),
+        lambda m: m.positions in ("rope", "alibi", "t5") and m.exercise in ("attention", "block"),
         exercise=lambda m: m.exercise,
         positions=lambda m: m.positions,
     ),

@@ -41,7 +41,7 @@ class Residual(Enum):
 class ModelConfig:
     context: int = spec(
         32,
-        "the length the model trains at: rows of the learned position table; with rope, alibi or none the "
+        "the length the model trains at: rows of the learned position table; with any other positions the "
         "longest text it accepts unless read past it on purpose (extrapolate, rope scaling)",
         minimum=1,
     )
@@ -88,13 +88,34 @@ class ModelConfig:
         "learned",
         "learned: a position table added to the token row; none: no table, the input is the token row alone; "
         "rope: rotary positions, each query and key rotated by its position inside attention; alibi: a linear "
-        "bias on the attention scores, -slope x distance, a slope per head",
-        choices=("learned", "none", "rope", "alibi"),
+        "bias on the attention scores, -slope x distance, a slope per head; sinusoidal: Vaswani et al.'s fixed "
+        "table of sines and cosines added to the token row, defined at every position; t5: T5's relative bias "
+        "on the scores, learned per head and bucket of distance, shared by every block",
+        choices=("learned", "none", "rope", "alibi", "sinusoidal", "t5"),
     )
     rope_theta: float = spec(
         10000.0,
         "rope's base: dimension pair i of a head rotates at rope_theta^(-2i/d) radians a position",
         positive=True,
+    )
+    rope_fraction: float = spec(
+        1.0,
+        "the share of each head's width that rope rotates (GPT-NeoX's rotary_pct, transformers' "
+        "partial_rotary_factor): the first int(d x rope_fraction) coordinates, the rest pass unrotated",
+        minimum=0.0,
+        maximum=1.0,
+        positive=True,
+    )
+    t5_buckets: int = spec(
+        32,
+        "positions = t5: buckets of distance, a learned bias per head each; half hold one distance each "
+        "(0, 1, ...), the rest distances growing logarithmically up to t5_max_distance",
+        minimum=2,
+    )
+    t5_max_distance: int = spec(
+        128,
+        "positions = t5: the distance from which on every distance shares the last bucket",
+        minimum=2,
     )
     rope_scaling: str = spec(
         "",
@@ -125,6 +146,13 @@ class ModelConfig:
         "the embedding and N block sums (Block AttnRes: the sublayers split into N equal blocks, summed inside each)",
         minimum=0,
     )
+    init: str = spec(
+        "gpt2",
+        "the initial weights: gpt2 (N(0, 0.02) everywhere, W_O and W2, which write into the residual stream, "
+        "scaled by 1/sqrt(2 n_layer)); xavier (Glorot uniform for every matrix, tables N(0, 1/n_embd), as "
+        "Xiong et al. 2020 initialise, the scheme their Theorem 1 studies)",
+        choices=("gpt2", "xavier"),
+    )
     exercise: str = spec(
         "none",
         "a learner's module in place of minigpt's (minigpt exercise): rmsnorm or layernorm at every norm, ffn "
@@ -137,6 +165,11 @@ class ModelConfig:
         """The `residual` key as what it is (Residual); the key keeps its TOML values, so every run's
         config and hash stay as they were."""
         return {True: Residual.SUM, False: Residual.NONE, "attention": Residual.ATTENTION}[self.residual]
+
+    @property
+    def rotary_width(self) -> int:
+        """The coordinates of a head rope rotates: int(d x rope_fraction), d itself at 1.0."""
+        return int(self.resolved_head_width * self.rope_fraction)
 
     @property
     def kv_heads(self) -> int:
@@ -181,6 +214,10 @@ LATER_MODEL_KEYS = (
     "rope_scaling",
     "rope_angles",
     "sliding_window",
+    "rope_fraction",
+    "t5_buckets",
+    "t5_max_distance",
+    "init",
 )
 
 

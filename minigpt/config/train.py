@@ -86,7 +86,11 @@ class TrainConfig:
     )
     batch_size: int = spec(64, "windows per optimizer micro-step", minimum=1)
     grad_accum: int = spec(1, "micro-steps accumulated per optimizer step", minimum=1)
-    steps: int = spec(750, "optimizer steps", minimum=1)
+    steps: int = spec(
+        750,
+        "optimizer steps; 0: the run holds its initial weights (as model.init drew them), read before any update",
+        minimum=0,
+    )
     learning_rate: float = spec(3e-3, "peak learning rate", positive=True)
     min_lr: float = spec(1e-4, "learning rate at the end of the cosine decay", minimum=0.0)
     warmup_steps: int = spec(100, "linear warmup steps", minimum=0)

@@ -33,7 +33,7 @@ def _report_message(report: Report) -> dict[str, Any]:
         "exercise": report.exercise,
         "path": str(report.path),
         "sha256": report.sha256,
-        "results": [[r.passed, r.line, r.shown] for r in report.results],
+        "results": [[r.passed, r.line] for r in report.results],
         "not_run": report.not_run,
     }
 

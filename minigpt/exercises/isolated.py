@@ -154,7 +154,7 @@ def _answers(process: subprocess.Popen, backstop: float) -> tuple[str | None, di
 def _report(answer: dict[str, Any], path: str | Path) -> Report:
     if "report" in answer:
         r = answer["report"]
-        results = [Result(passed, line, shown) for passed, line, shown in r["results"]]
+        results = [Result(passed, line) for passed, line in r["results"]]
         return Report(r["exercise"], Path(r["path"]), r["sha256"], results, r["not_run"])
     if "refused" in answer:
         refused = answer["refused"]

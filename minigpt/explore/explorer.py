@@ -274,10 +274,11 @@ def positions_enter(model: dict[str, Any]) -> dict[str, Any]:
     the queries and keys, alibi biases the scores) or None (none: no position enters; only the
     causal mask tells positions apart); `label`, the few words drawn there; `about`, a sentence."""
     scheme = model["positions"]
-    if scheme == "learned":
-        about = "learned positions: a position row added to the token row before block 0"
+    if scheme in ("learned", "sinusoidal"):
+        kind = "learned positions" if scheme == "learned" else "sinusoidal positions (fixed, not learned)"
+        about = f"{kind}: a position row added to the token row before block 0"
         return {"at": "input", "label": "+ position row", "about": about}
-    if scheme in ("rope", "alibi"):
+    if scheme in ("rope", "alibi", "t5"):
         label = "rotate Q, K" if scheme == "rope" else "bias on the scores"
         return {"at": "attention", "label": label, "about": positions_note(model, "the trace JSON")}
     about = "no positions: no position table, and only the causal mask tells positions apart"

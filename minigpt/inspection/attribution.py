@@ -244,8 +244,9 @@ def attribute(
         parts.append(part(stages.INPUT, recorded[stages.INPUT][0, p].double(), 0))
     else:
         parts.append(part("token", model.token_table.weight.detach()[trace.ids[p]].double(), 0))
-        if cfg.positions == "learned":  # none, rope, alibi: no position row (rope, alibi: inside each head)
-            parts.append(part("position", model.position_table.weight.detach()[p].double(), 0))
+        rows = model.position_rows(p, 1)  # learned or sinusoidal; none, rope, alibi, t5: inside each head or none
+        if rows is not None:
+            parts.append(part("position", rows.detach()[0].double(), 0))
     d = cfg.resolved_head_width  # head_width, or n_embd / n_head
     sublayers = 2 if cfg.ffn_hidden > 0 else 1  # layers per block of the model: its attention, then its FFN
     for i, block in enumerate(model.blocks):

@@ -6,7 +6,7 @@ window k reads tokens kN .. kN+N-1 and is scored against tokens kN+1 .. kN+N, so
 prediction of token p+1 from tokens 0..p of its window, always read from position 0 (one forward
 pass per window, no sliding). The loss at a position is averaged over the windows. A model trained
 at `context` tokens has read positions 0 .. context-1 only; positions from `context` on are past
-its trained length (reachable for rope, alibi and none with --extrapolate, or with rope scaling).
+its trained length (reachable for every positions but learned with --extrapolate, or with rope scaling).
 """
 
 from __future__ import annotations

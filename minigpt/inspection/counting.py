@@ -119,16 +119,19 @@ class Info:
         if scheme == "rope":
             arch = self.architecture
             heads = arch["n_head"] + arch.get("n_kv_head", arch["n_head"])
-            turned = heads * arch.get("head_width", a.D // arch["n_head"])  # 2D unless grouped
+            # 2D unless grouped, or a share of each head (rope_fraction)
+            turned = heads * int(arch.get("head_width", a.D // arch["n_head"]) * arch.get("rope_fraction", 1.0))
             return {
                 "scheme": scheme,
-                "what": "rope's rotation of each query and key row",
+                "what": "rope's rotation of each query and key row"
+                + (f" (r = {turned // heads} of each head's coordinates)" if "rope_fraction" in arch else ""),
                 "multiplies": 2 * turned,
                 "adds": turned,
             }
-        if scheme == "alibi":
+        if scheme in ("alibi", "t5"):  # one bias added to each score (T5's looked up, as a table row is)
             heads = self.architecture["n_head"]
-            return {"scheme": scheme, "what": "ALiBi's bias on each score", "multiplies": 0, "adds": heads * a.T}
+            what = "ALiBi's bias on each score" if scheme == "alibi" else "T5's bias on each score"
+            return {"scheme": scheme, "what": what, "multiplies": 0, "adds": heads * a.T}
         return None
 
     @property

@@ -91,6 +91,8 @@ POSITIONS = {
     "none": "no position table",
     "rope": "rotary positions (rope_theta {rope_theta:g}; no parameters)",
     "alibi": "ALiBi positions (no parameters)",
+    "sinusoidal": "sinusoidal positions (a fixed table; no parameters)",
+    "t5": "T5 relative positions ({t5_buckets} buckets up to distance {t5_max_distance}, shared by every block)",
 }
 
 
@@ -109,7 +111,8 @@ def _positions_lines(info: Info) -> list[str]:
     if extra is None:
         return []
     grouped = info.parameters.sizes.d  # rope turns (n_head + n_kv_head) d coordinates, not 2D
-    rotated = ("2(H+K)d", "(H+K)d") if grouped else ("4D", "2D")
+    share = info.architecture.get("rope_fraction", 1.0) != 1.0  # r = int(d rope_fraction) of each head turn
+    rotated = ("2(H+K)r", "(H+K)r") if share else ("2(H+K)d", "(H+K)d") if grouped else ("4D", "2D")
     amount = (
         f"{rotated[0]} = {extra['multiplies']:,} multiplies and {rotated[1]} = {extra['adds']:,} adds"
         if extra["scheme"] == "rope"

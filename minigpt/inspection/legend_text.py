@@ -110,14 +110,38 @@ def legend_lines(model: dict[str, Any]) -> list[str]:
     return [f"{model['norm_position']}-norm block: {steps[0]}"] + steps[1:]
 
 
+def ffn_bias_note(model: dict[str, Any]) -> str | None:
+    """Where the FFN's b1 and b2 come from, where the config could be read otherwise: a SwiGLU FFN
+    (lesson 09's and Llama's have none) or biases that only ffn_bias gives; trace_text.py prints it
+    under the legend. A config that shows `ffn_bias = false` beside the legend's `+ b1` is then read
+    right: `bias = true` gives every linear layer its bias."""
+    if model.get("ffn_hidden", 1) <= 0 or not (model["bias"] or model.get("ffn_bias")):
+        return None
+    if not model["bias"]:
+        return "(b1, b2: the FFN's biases, from [model] ffn_bias = true; the other linear layers have none)"
+    if model["activation"] == "swiglu":
+        return (
+            "(b1, b2: the FFN's biases, there because [model] bias = true gives every linear layer one; "
+            "ffn_bias = false adds none of its own)"
+        )
+    return None
+
+
 def positions_note(model: dict[str, Any], json_at: str = "the trace's JSON") -> str | None:
     """Where positions enter a model whose stream carries none (rope, alibi): one sentence, for
     the trace's text and the explore page (`json_at`: what holds the trace's JSON there); None for a
     learned table (its row is in block 0's input table) and for none (no position enters at all)."""
     if model["positions"] == "rope":
+        share = model.get("rope_fraction", 1.0)
+        turned = f"the first {share:.0%} of each head " if share != 1.0 else ""
         return (
-            f"rope: queries and keys turned by their position inside attention (rope_theta "
+            f"rope: queries and keys turned {turned}by their position inside attention (rope_theta "
             f"{model['rope_theta']:g}; {json_at} has the rotated rows)"
+        )
+    if model["positions"] == "t5":
+        return (
+            f"t5: a learned bias b[bucket(distance), head] added to each head's scores inside attention "
+            f"({model['t5_buckets']} buckets up to distance {model['t5_max_distance']}, shared by every block)"
         )
     if model["positions"] == "alibi":
         slopes = ", ".join(f"{s:.4g}" for s in alibi_slopes(model["n_head"]))

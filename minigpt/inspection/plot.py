@@ -18,15 +18,23 @@ from .trace import Trace
 EXTRA = 'pip install -e ".[plot]"  (or: pip install matplotlib)'
 
 
-def _pyplot():
+def require_matplotlib() -> None:
+    """Refused when matplotlib cannot be imported: a command that draws a figure asks this before its
+    work, so that without the extra it prints nothing (a pipe never gets half an output)."""
     try:
-        import matplotlib
-
-        if "ipykernel" not in sys.modules:  # a notebook draws figures inline; elsewhere, files only
-            matplotlib.use("Agg")  # no window, no display needed
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         raise MinigptError("plotting needs matplotlib, which is not installed; {EXTRA}", EXTRA=EXTRA) from None
+
+
+def _pyplot():
+    require_matplotlib()
+    import matplotlib
+
+    if "ipykernel" not in sys.modules:  # a notebook draws figures inline; elsewhere, files only
+        matplotlib.use("Agg")  # no window, no display needed
+    import matplotlib.pyplot as plt
+
     return plt
 
 

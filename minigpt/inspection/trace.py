@@ -289,7 +289,11 @@ def trace_position(
     x = recorder[stages.INPUT]
     final = recorder[stages.FINAL_NORM]
     final_read = recorder.stages.get(stages.FINAL_READ)  # Attention Residuals: what the final norm read
-    table = getattr(model, "position_table", None)  # positions = "none": no table
+    rows = model.position_rows(0, len(ids))  # a learned table's or the sinusoids; None: no row enters
+    table = getattr(model, "position_table", None)
+    table_shape = list(table.weight.shape) if table is not None else None
+    if rows is not None and table is None:  # sinusoidal: a fixed table as long as the text read
+        table_shape = [max(model.context, len(ids)), model.cfg.n_embd]
     return Trace(
         position=p,
         ids=list(ids),
@@ -297,11 +301,11 @@ def trace_position(
         model=model.architecture(),
         input=InputRows(
             token_row=model.token_table.weight[ids[p]].tolist(),
-            position_row=model.position_table.weight[p].tolist() if table is not None else None,
+            position_row=rows[p].tolist() if rows is not None else None,
             row=x[0, p].tolist(),
             shape=list(x.shape),
             token_table_shape=list(model.token_table.weight.shape),
-            position_table_shape=list(table.weight.shape) if table is not None else None,
+            position_table_shape=table_shape,
             replaced=any(isinstance(item, SetInput) for item in interventions),
         ),
         blocks=blocks,
@@ -369,8 +373,9 @@ def _every_position(model: MiniGPT, ids: list[int], recorder: Recorder, shown: l
     recorded stages of the shown blocks (and what enters each: the output before it), not the
     attention weights (a [T, T] per head, not a row)."""
     out = {"token_rows": model.token_table.weight[ids].tolist()}
-    if getattr(model, "position_table", None) is not None:
-        out["position_rows"] = model.position_table.weight[: len(ids)].tolist()
+    rows = model.position_rows(0, len(ids))  # learned or sinusoidal
+    if rows is not None:
+        out["position_rows"] = rows.tolist()
     out[stages.INPUT] = recorder[stages.INPUT][0].tolist()
     # no output row enters a block: each sublayer reads its own mix
     depth = model.cfg.residual_kind is Residual.ATTENTION

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..model.stages import ATTENTION, FFN, FINAL_NORM, FINAL_READ, INPUT, OUTPUT
 from .gradients import GIVEN, PREDICTION, PROMPT
-from .legend_text import DEPTH_SOURCES, depth_mix, legend_lines, positions_note
+from .legend_text import DEPTH_SOURCES, depth_mix, ffn_bias_note, legend_lines, positions_note
 from .text_format import WIDTH, magnitude, number, pack, row_lines, shape_text, show_token
 from .trace import Trace
 
@@ -193,6 +193,9 @@ def render_text(result: Trace, digits: int = 4, width: int = WIDTH) -> str:
     out += ["tokens:  " + listed[0]] + ["         " + line for line in listed[1:]]
     legend = pack(legend_lines(model), width - 2, " ")
     out += [legend[0]] + ["  " + line for line in legend[1:]]
+    biases = ffn_bias_note(model)
+    if biases is not None:  # a SwiGLU FFN's + b1, beside a config's ffn_bias = false
+        out += ["  " + line for line in pack(biases.split(" "), width - 2, " ")]
     if model.get("residual") == "attention":
         sources = pack(DEPTH_SOURCES.split(" "), width - 2, " ")
         out += ["  " + line for line in sources]

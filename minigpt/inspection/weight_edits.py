@@ -71,10 +71,13 @@ def _resolved(item: SetRow, model: MiniGPT) -> tuple[str, int]:
             raise ValueError(f"{item}: the token row is not resolved to an id (SetRow.index)")
         return item.table, item.index
     if getattr(model, "position_table", None) is None:
+        fixed = " (its sinusoids are fixed, not learned weights)" if model.cfg.positions == "sinusoidal" else ""
         raise MinigptError(
-            "{where}: this model has no position table ([model] positions = {positions!r}); set a row of token_table",
+            "{where}: this model has no position table ([model] positions = {positions!r}){fixed}; set a row of "
+            "token_table",
             where=where,
             positions=model.cfg.positions,
+            fixed=fixed,
         )
     rows = model.position_table.weight.shape[0]
     try:

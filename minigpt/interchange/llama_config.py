@@ -64,7 +64,12 @@ def _rope_parameters(raw: dict[str, Any], where: str | Phrase) -> tuple[str, dic
     theta = params.get("rope_theta", raw.get("rope_theta", layout.DEFAULT_THETA))
     partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
     if partial != 1.0:
-        raise _refuse(where, "partial_rotary_factor", partial, "minigpt rotates every dimension of a head (1.0)")
+        raise _refuse(
+            where,
+            "partial_rotary_factor",
+            partial,
+            "transformers' Llama, Mistral and Qwen2 rotate every dimension of a head (1.0)",
+        )
     return rope_type, params, key, _number(where, "rope_theta", theta)
 
 

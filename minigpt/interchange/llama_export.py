@@ -70,6 +70,8 @@ def refusal(cfg: ModelConfig, model_type: str) -> str | None:
         return f"[model] residual = {given}: {name}'s blocks add each sublayer to the residual stream"
     if cfg.ffn_hidden == 0:
         return f"[model] ffn_hidden = 0: every {name} block has an MLP"
+    if cfg.rope_fraction != 1.0:  # transformers' Llama, Mistral and Qwen2 rotate every coordinate of a head
+        return f"[model] rope_fraction = {cfg.rope_fraction:g}: {name} rotates every coordinate of a head"
     biased = [part for part in ("qkv", "out", "W1") if cfg.biased(part)]
     if model_type == "mistral" and biased:
         key = _bias_key(cfg, biased[0])

@@ -1,9 +1,10 @@
 """MiniGPT: chapter 17's model, in the chapter's order and with the trace's names.
 
     x = token_table[ids] + position_table[start : start + T]     refuses start + T > context
-        (positions = "none", "rope" or "alibi": x = token_table[ids] alone, and rope turns each
-        query and key by its position inside attention, alibi biases each score by its distance:
-        positions.py; context is still the trained length, crossed only on purpose: reading.py)
+        (positions = "sinusoidal": + the fixed rows PE[start : start + T] instead; "none", "rope",
+        "alibi" or "t5": x = token_table[ids] alone, and rope turns each query and key by its
+        position inside attention, alibi and t5 bias each score by its distance: positions.py;
+        context is still the trained length, crossed only on purpose: reading.py)
     for block in blocks (pre-norm, chapter 17.5):
         norm1 = LN1(x);  attention = MHA(norm1);  residual1 = x + attention
         norm2 = LN2(residual1);  hidden = act(norm2 W1 + b1);  ffn = hidden W2 + b2
@@ -37,7 +38,6 @@ is called only where it acts (in eval mode or at p = 0 it returns its input and 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,9 +53,10 @@ from ..rope_scaling import RopeScaling
 from . import stages
 from .cache import KVCache, LayerCache
 from .depth import Depth, DepthAttention
+from .init import initialise
 from .layers import CausalSelfAttention, FeedForward, make_norm
 from .layers import residual as residual_add
-from .positions import Alibi, Rotary
+from .positions import Alibi, RelativeBias, Rotary, ScoreBias, Sinusoids
 from .reading import ContextTooLongError as ContextTooLongError  # where callers have always found it
 from .reading import Reading
 from .reading import check_context as check_context
@@ -113,7 +114,7 @@ OWN_PARTS = Parts()
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS, positions: Rotary | Alibi | None = None):
+    def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS, positions: Rotary | ScoreBias | None = None):
         """`positions`: the model's rope or ALiBi tables as its default reading reads them, which its
         attention holds (positions.py)."""
         super().__init__()
@@ -211,8 +212,15 @@ class MiniGPT(nn.Module):
             self.position_table = nn.Embedding(cfg.context, cfg.n_embd)  # P: [context, C]
         self.head_width = cfg.resolved_head_width  # d: [model] head_width, or n_embd / n_head where that is 0
         # rope and alibi: no parameters, tables inside attention, computed once per length: ALiBi's one
-        # for every reading, rope's one per rule a reading asks for (positions_for)
-        self._alibi = Alibi(cfg.n_head, cfg.context) if cfg.positions == "alibi" else None
+        # for every reading, rope's one per rule a reading asks for (positions_for); t5: a learned
+        # table of biases [buckets, H], one for every block; sinusoidal: fixed rows added to the input
+        self._score_bias: ScoreBias | None = None
+        if cfg.positions == "alibi":
+            self._score_bias = Alibi(cfg.n_head, cfg.context)
+        if cfg.positions == "t5":
+            self.relative_bias = nn.Embedding(cfg.t5_buckets, cfg.n_head)  # b: [buckets, H]
+            self._score_bias = RelativeBias(self.relative_bias, cfg.t5_max_distance, cfg.context)
+        self._sinusoids = Sinusoids(cfg.n_embd, cfg.context) if cfg.positions == "sinusoidal" else None
         self._rotaries: dict[RopeScaling | None, Rotary] = {}
         # how the model is read where a pass is not handed a reading: as trained, its own rule applied
         self.reading = Reading.of(cfg)  # refuses an own rule it cannot compute, naming the key
@@ -232,25 +240,12 @@ class MiniGPT(nn.Module):
         self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.token_table.weight
-        self._init_weights(cfg)
+        initialise(self, cfg)  # [model] init: GPT-2's scheme, or Xavier's (init.py)
         self.to(DTYPES[cfg.dtype])
-
-    def _init_weights(self, cfg: ModelConfig) -> None:
-        # GPT-2's scheme: N(0, 0.02) everywhere, and the two projections that write into the residual
-        # stream scaled by 1/sqrt(2 n_layer) so the stream's variance does not grow with depth.
-        std = 0.02
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, 0.0, std)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
-        for block in self.blocks:
-            for proj in (block.attention.out, *((block.ffn.W2,) if hasattr(block, "ffn") else ())):
-                nn.init.normal_(proj.weight, 0.0, std / math.sqrt(2 * cfg.n_layer))
 
     def read_with(self, extrapolate: bool = False, rope_scaling: RopeScaling | str | None = None) -> MiniGPT:
         """Read this model from now on as `extrapolate` (texts past the trained length, `context`, on
-        purpose: rope, alibi and none) and `rope_scaling` (a RopeScaling or text such as "yarn:4",
+        purpose: every positions but learned) and `rope_scaling` (a RopeScaling or text such as "yarn:4",
         on a rope model without a rule of its own: factor x context positions accepted) say
         (Reading.of refuses what cannot be read so; nothing it trains changes). Returns the model."""
         return self.read(Reading.of(self.cfg, extrapolate, rope_scaling))
@@ -273,22 +268,29 @@ class MiniGPT(nn.Module):
         if made != (mine.positions, mine.trained_length, mine.own_rule, mine.sliding_window):
             raise ValueError(f"{reading} reads another model than this one ({mine})")
 
-    def positions_for(self, reading: Reading) -> Rotary | Alibi | None:
+    def positions_for(self, reading: Reading) -> Rotary | ScoreBias | None:
         """The position tables a pass read as `reading` uses inside attention: rope's for its rule
         (one Rotary per rule, made once and never changed: two readings never share tables),
-        ALiBi's (the same for every reading), or None (learned, none)."""
+        ALiBi's or T5's biases (the same for every reading), or None (learned, sinusoidal, none)."""
         if self.cfg.positions != "rope":
-            return self._alibi
+            return self._score_bias
         rotary = self._rotaries.get(reading.rule)
         if rotary is None:
             cfg = self.cfg
-            rotary = Rotary(self.head_width, cfg.rope_theta, cfg.context, cfg.rope_angles == "float32", reading.rule)
+            rotary = Rotary(
+                self.head_width,
+                cfg.rope_theta,
+                cfg.context,
+                cfg.rope_angles == "float32",
+                reading.rule,
+                cfg.rotary_width,
+            )
             self._rotaries[reading.rule] = rotary
         return rotary
 
     # What the default reading answers, asked of the model (sampling, trace, eval, the explore page).
     @property
-    def positions(self) -> Rotary | Alibi | None:
+    def positions(self) -> Rotary | ScoreBias | None:
         return self.positions_for(self.reading)
 
     @property
@@ -312,6 +314,18 @@ class MiniGPT(nn.Module):
         to which each sublayer's output is added (Depth.add) as this model adds them. The forward
         pass starts from it; the trace's logit lens and patching rebuild a pass's depth with it."""
         return Depth.start(embedding, self.per_block, self.cfg.norm_eps, self.layers)
+
+    def position_rows(self, start: int, T: int) -> Tensor | None:
+        """The rows the forward pass adds to the token rows of positions start .. start + T - 1 ([T,
+        C]), read for showing them (the trace, the attribution; no module is called, so no hook
+        fires): the learned table's or the fixed sinusoids; None where no position enters the stream
+        (none, rope, alibi, t5)."""
+        device = self.token_table.weight.device
+        if self.cfg.positions == "learned":
+            return self.position_table.weight[start : start + T]
+        if self._sinusoids is not None:
+            return self._sinusoids.rows(start, T, device, self.token_table.weight.dtype)
+        return None
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -337,6 +351,8 @@ class MiniGPT(nn.Module):
             "dtype": cfg.dtype,
             "positions": cfg.positions,
             **({"rope_theta": cfg.rope_theta} if cfg.positions == "rope" else {}),
+            **({"rope_fraction": cfg.rope_fraction} if cfg.rope_fraction != 1.0 else {}),
+            **({"t5_buckets": cfg.t5_buckets, "t5_max_distance": cfg.t5_max_distance} if cfg.positions == "t5" else {}),
             **({"rope_scaling": cfg.rope_scaling} if cfg.rope_scaling else {}),
             **({"sliding_window": cfg.sliding_window} if cfg.sliding_window else {}),
             "residual": cfg.residual,
@@ -378,8 +394,10 @@ class MiniGPT(nn.Module):
         reading.refuse_length(start + T, what)
         tap = recorder.record if recorder is not None else _untapped
         x = self.token_table(ids)  # E[ids]: [B, T, C]
-        if self.cfg.positions == "learned":
+        if self.cfg.positions == "learned":  # through the module, so that its hooks fire
             x = x + self.position_table(torch.arange(start, start + T, device=ids.device))  # + P[start : start + T]
+        elif self._sinusoids is not None:  # + PE[start : start + T], fixed
+            x = x + self._sinusoids.rows(start, T, ids.device, x.dtype)
         if self.training and self.cfg.dropout > 0:
             x = F.dropout(x, self.cfg.dropout)
         x = tap(stages.INPUT, x)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from . import stages
 from .cache import LayerCache
-from .positions import Alibi, Rotary
+from .positions import Rotary, ScoreBias
 from .recorder import Recorder
 
 
@@ -99,10 +99,10 @@ class CausalSelfAttention(nn.Module):
     With grouped-query attention (`n_kv_head` < `n_head`) query head h reads key and value head
     h // (n_head / n_kv_head): a group of adjacent query heads shares one, as transformers' Llama does."""
 
-    def __init__(self, cfg: ModelConfig, positions: Rotary | Alibi | None = None):
-        """`positions`: the model's rope or ALiBi tables (positions.py) as its default reading reads
-        them, shared by every block; None for learned positions (added to the stream before block 0)
-        or none."""
+    def __init__(self, cfg: ModelConfig, positions: Rotary | ScoreBias | None = None):
+        """`positions`: the model's rope tables or ALiBi's or T5's biases (positions.py) as its
+        default reading reads them, shared by every block; None for positions added to the stream
+        before block 0 (learned, sinusoidal) or none."""
         super().__init__()
         self.positions = positions
         self.n_head, self.n_kv_head = cfg.n_head, cfg.kv_heads
@@ -155,10 +155,10 @@ class CausalSelfAttention(nn.Module):
         grouped = {"enable_gqa": True} if K != H else {}
         # Written out when the weights are recorded, and under bfloat16 autocast, where the fused
         # kernel's backward is slow on the CPU; otherwise the fused scaled-dot-product kernel.
-        alibi = positions if isinstance(positions, Alibi) else None
+        score_bias = positions if isinstance(positions, ScoreBias) else None  # ALiBi's or T5's
         if recorder is None and not _lowered_precision(x):
-            if alibi is not None:  # the bias carries the causal mask (-inf past the query)
-                bias = alibi.bias(T, S, past, x.device, q.dtype)
+            if score_bias is not None:  # the bias carries the causal mask (-inf past the query)
+                bias = score_bias.bias(T, S, past, x.device, q.dtype)
                 mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p, **grouped)  # [B, H, T, d]
             elif past == 0:
                 mixed = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=T > 1, **grouped)
@@ -173,8 +173,8 @@ class CausalSelfAttention(nn.Module):
             if scores.dtype in (torch.bfloat16, torch.float16):
                 scores = scores.float()  # scale, mask and softmax in float32: only the matmuls are lowered
             scores = scores / math.sqrt(self.head_width)
-            if alibi is not None:  # -slope_h (i - j), and -inf past the query
-                scores = scores + alibi.bias(T, S, past, x.device, scores.dtype)
+            if score_bias is not None:  # -slope_h (i - j) or b[bucket(i - j), h], and -inf past the query
+                scores = scores + score_bias.bias(T, S, past, x.device, scores.dtype)
             else:
                 scores = scores.masked_fill(~_causal_mask(T, S, past, x.device), float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # [B, H, T, S]

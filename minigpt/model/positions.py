@@ -1,5 +1,7 @@
-"""Positions that live inside attention: rotary positions (rope) and ALiBi's linear biases, with
-rope's scaling rules for reading past the trained length.
+"""Positions that are not a learned table: rotary positions (rope, whole or on a share of each
+head) with rope's scaling rules for reading past the trained length, ALiBi's linear biases and T5's
+learned relative biases inside attention, and Vaswani et al.'s fixed sinusoidal table added to the
+token row.
 
 rope (Su et al. 2021) rotates each query and key row of a head, pair by pair, by an angle that
 grows with its position t. The half-split layout Hugging Face's Llama uses: coordinate j pairs
@@ -28,6 +30,19 @@ ALiBi (Press et al. 2022) adds -slope_h (i - j) to the score of query i reading 
 enters the stream at all, and farther keys are penalised linearly, at a rate per head taken from a
 geometric sequence (`alibi_slopes`).
 
+rope_fraction < 1 (GPT-NeoX's rotary_pct; Kazemnejad et al. 2023 rotate a quarter of each head)
+rotates the first r = int(d rope_fraction) coordinates of a head as above, with d = r in every
+formula (pairs j and j + r/2), and passes the other d - r through unchanged.
+
+T5 (Raffel et al. 2020) adds b[bucket(i - j), h] to the score of query i reading key j: a learned
+bias per head and bucket of distance, one table shared by every block. Half the buckets hold one
+distance each (0, 1, ..., B/2 - 1); the rest split the distances up to max_distance logarithmically,
+and every distance past it shares the last (transformers' T5 `_relative_position_bucket`, causal).
+
+sinusoidal (Vaswani et al. 2017) adds PE[t] to the token row at position t, PE[t, 2i] =
+sin(t / 10000^(2i/C)), PE[t, 2i + 1] = cos(t / 10000^(2i/C)): fixed, defined at every t, so a model
+can be read past its trained length (--extrapolate) without a row that was never trained.
+
 Tables are computed once per length and device (and rope's once per scaling), never per step.
 """
 
@@ -36,14 +51,14 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..rope_scaling import SCALING_KINDS, RopeScaling, parse_rope_scaling, spelled
 
 # the rules as text live in rope_scaling.py (no torch: config.py reads them); named here too, where
 # the models and the importers have always found them
 __all__ = ["SCALING_KINDS", "RopeScaling", "parse_rope_scaling", "spelled"]
-__all__ += ["inverse_frequencies", "Rotary", "Alibi", "alibi_slopes"]
+__all__ += ["inverse_frequencies", "Rotary", "ScoreBias", "Alibi", "alibi_slopes", "RelativeBias", "Sinusoids"]
 
 
 def inverse_frequencies(
@@ -127,10 +142,13 @@ class Rotary:
         context: int,
         float32_angles: bool = False,
         scaling: RopeScaling | None = None,
+        rotated: int | None = None,
     ):
         """`float32_angles`: compute the angles in float32 even for a float64 model, as transformers
-        does for every model (an imported model's [model] rope_angles = "float32")."""
-        self.head_width, self.theta, self.context = head_width, theta, context
+        does for every model (an imported model's [model] rope_angles = "float32"). `rotated`: the
+        coordinates of a head that turn, the first ones (rope_fraction); default: all of them."""
+        self.head_width, self.theta, self.context = rotated or head_width, theta, context
+        self.whole_width = head_width  # the rest of a head passes through unrotated
         self.float32_angles = float32_angles
         self.scaling = scaling
         self._tables: dict = {}
@@ -181,6 +199,12 @@ class Rotary:
     def rotate(self, x: Tensor, start: int) -> Tensor:
         """x [B, T, ..., d] (positions on axis 1, any head axes between) rotated by positions
         start .. start + T - 1."""
+        if self.head_width < self.whole_width:  # rope_fraction: the first coordinates turn, the rest pass
+            turned, passed = x.split((self.head_width, self.whole_width - self.head_width), dim=-1)
+            return torch.cat((self._rotate(turned, start), passed), dim=-1)
+        return self._rotate(x, start)
+
+    def _rotate(self, x: Tensor, start: int) -> Tensor:
         T = x.shape[1]
         tables = self._cached(start + T, x.device, x.dtype)
         # the rows of these positions, shaped to broadcast: kept per (start, T), since sampling asks
@@ -232,7 +256,16 @@ def alibi_slopes(n_head: int) -> list[float]:
     return slopes
 
 
-class Alibi:
+class ScoreBias:
+    """A bias on every head's attention scores that carries the causal mask (-inf past the query):
+    ALiBi's and T5's. `bias(T, S, past, device, dtype)` is [H, T, S] for queries past .. past + T - 1
+    reading keys 0 .. S - 1; attention adds it to the scaled scores."""
+
+    def bias(self, T: int, S: int, past: int, device, dtype) -> Tensor:
+        raise NotImplementedError
+
+
+class Alibi(ScoreBias):
     """One model's ALiBi biases, shared by its blocks: [H, rows, rows] with -slope_h (i - j) where key
     j <= query i and -inf past it (the causal mask inside the bias). Within the trained length the
     table is built once per device and dtype and sliced for each pass; past it (--extrapolate) the
@@ -258,3 +291,68 @@ class Alibi:
         if found is None:
             found = self._tables[key] = self._table(torch.arange(self.context), self.context, device, dtype)
         return found[:, past : past + T, :S]
+
+
+def t5_buckets(distance: Tensor, buckets: int, max_distance: int) -> Tensor:
+    """The bucket of each distance i - j >= 0 (a causal model's), as transformers' T5 computes it
+    (`_relative_position_bucket`, bidirectional=False): distances below buckets / 2 their own, then
+    logarithmic bins up to max_distance (in float32, as T5's), every farther one the last bucket."""
+    exact = buckets // 2
+    small = distance < exact
+    logarithmic = exact + (
+        torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact) * (buckets - exact)
+    ).to(torch.long)
+    return torch.where(small, distance, logarithmic.clamp(max=buckets - 1))
+
+
+class RelativeBias(ScoreBias):
+    """T5's relative biases of one model, shared by its blocks: `table` (the model's
+    `relative_bias`, [buckets, H], learned) read at each query and key's bucket of distance. The
+    buckets of the trained length are computed once per device; the bias itself each pass, since
+    the table trains."""
+
+    def __init__(self, table: nn.Embedding, max_distance: int, context: int):
+        self.table, self.max_distance, self.context = table, max_distance, context
+        self._buckets: dict = {}
+
+    def _distances(self, rows: Tensor, keys: int) -> Tensor:
+        return rows[:, None] - torch.arange(keys, device=rows.device)[None, :]  # i - j
+
+    def bias(self, T: int, S: int, past: int, device, dtype) -> Tensor:
+        n = self.table.num_embeddings
+        if past + T > self.context or S > self.context:  # past the trained length: this pass's rows alone
+            distance = self._distances(torch.arange(past, past + T, device=device), S)
+            buckets, later = t5_buckets(distance.clamp(min=0), n, self.max_distance), distance < 0
+        else:
+            found = self._buckets.get(device)
+            if found is None:
+                distance = self._distances(torch.arange(self.context, device=device), self.context)
+                found = self._buckets[device] = (t5_buckets(distance.clamp(min=0), n, self.max_distance), distance < 0)
+            buckets, later = (part[past : past + T, :S] for part in found)
+        values = self.table(buckets).permute(2, 0, 1)  # b[bucket(i - j), h]: [H, T, S]
+        return values.masked_fill(later, float("-inf")).to(dtype)
+
+
+class Sinusoids:
+    """Vaswani et al.'s fixed position rows, PE [positions, C], computed in float64 and cast (a
+    float64 model's are exact), once per device and dtype within the trained length, per pass past it."""
+
+    def __init__(self, width: int, context: int):
+        self.width, self.context = width, context
+        self._tables: dict = {}
+
+    def _table(self, start: int, end: int) -> Tensor:
+        t = torch.arange(start, end, dtype=torch.float64)[:, None]
+        frequencies = 10000.0 ** (-torch.arange(0, self.width, 2, dtype=torch.float64) / self.width)  # [C/2]
+        angles = t * frequencies[None, :]
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)  # sin, cos interleaved: [T, C]
+
+    def rows(self, start: int, T: int, device, dtype) -> Tensor:
+        """PE[start .. start + T - 1]: [T, C]."""
+        if start + T > self.context:
+            return self._table(start, start + T).to(device, dtype)
+        key = (device, dtype)
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = self._table(0, self.context).to(device, dtype)
+        return found[start : start + T]

@@ -2,13 +2,14 @@
 choices, that every reading of the model takes (its forward pass, sampling, trace, eval, the
 explore page).
 
-    trained_length   [model] context: the learned table's rows, or the length a rope, alibi or none
+    trained_length   [model] context: the learned table's rows, or the length any other
                      model was trained at; crossed only on purpose
     own_rule         the model's own rope scaling rule ([model] rope_scaling, an imported model's):
                      always applied, as transformers applies it, inside the trained length and past it
     user_rule        a rule the reader gave (rope_scaling) to a model that has none of its own: it
                      stretches rope's rotations so that factor x trained_length tokens are accepted
-    extrapolate      past the trained length on purpose (rope, alibi and none; a table has no row there)
+    extrapolate      past the trained length on purpose (rope, alibi, t5, sinusoidal and none; a learned
+                     table has no row there)
     sliding_window   [model] sliding_window: a longer text is refused however the model is read
 
 A user rule on a model that has its own is refused naming both. Putting it in place of the model's
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 class ContextTooLongError(MinigptError):
     """A sequence longer than the model accepts: past its position table's rows (learned), or past
-    the length it was trained at (rope, alibi, none) unless the reader crosses it on purpose."""
+    the length it was trained at (every other scheme) unless the reader crosses it on purpose."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class Reading:
         if extrapolate and cfg.positions == "learned":
             raise ContextTooLongError(
                 "{extrapolate:on} is refused for this model: its position table has {given} rows ([model] context "
-                "= {given}) and it has no row past them to read with; only a model with positions = rope, alibi "
-                "or none can be read past the length it was trained at",
+                "= {given}) and it has no row past them to read with; only a model with positions = rope, alibi, "
+                "t5, sinusoidal or none can be read past the length it was trained at",
                 given=cfg.context,
             )
         if rope_scaling is not None and cfg.positions != "rope":
@@ -149,13 +150,16 @@ class Reading:
         reach = f" (read with rope scaling {self.user_rule}: {window} tokens)" if self.user_rule is not None else ""
         raise ContextTooLongError(
             "{what} has {length} tokens but the model was trained on at most {given} ([model] context = {given})"
-            '{reach}; with positions = "{positions}" it has no table to run out of, but it was never trained past '
+            '{reach}; with positions = "{positions}" {why}, but it was never trained past '
             "that length, so use at most {window} tokens{value}, or pass {extrapolate:on} to read past it on purpose",
             what=what,
             length=length,
             given=self.trained_length,
             reach=reach,
             positions=self.positions,
+            why="its fixed table is defined at every position"
+            if self.positions == "sinusoidal"
+            else "it has no table to run out of",
             window=window,
             value=value,
         )

@@ -111,15 +111,13 @@ def training_parts(cfg: Config, payload: dict[str, Any] | None = None, trust: bo
         )
     report = check_isolated(name, shown_here(path))  # whatever its code does, in another process
     if not report.passed:
-        failing = report.failures
         raise MinigptError(
-            "{exercise} {name}: {path} does not pass its checks ({count} of {total} fail; the first: {first}); a "
-            "model is trained only with a module that passes every check",
+            "{exercise} {name}: {path} does not pass its checks ({summary}; the first: {first}); a model is "
+            "trained only with a module that passes every check",
             name=name,
             path=shown_here(path),
-            count=len(failing) + report.not_run,
-            total=report.total,
-            first=failing[0].line,
+            summary=report.summary,
+            first=report.failures[0].line,
         )
     learner = read_learner(name, path)
     if learner.sha256 != report.sha256:

@@ -5,8 +5,9 @@
 
 A check's line says what it verified when it passes, and the mistake (with the input that exposes
 it) when it fails. Once the learner's code raises in a check, the rest of that name's checks are
-not run (each would raise the same), and the line says so. The same failing line from several
-checks (a wrong output no known mistake explains) is said once.
+not run (each would raise the same), and the line says so; so are the checks that wait on a wrong
+output no known mistake explains (common.Fitting). Every check that runs has its line: the count of
+failing checks is the count of FAIL lines.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from ..learner import LearnerFile
 from . import attention, block, ffn, norms
-from .common import Group, Probe, Stop
+from .common import Group, Probe, Stop, Undecided
 
 SUITES: dict[str, Callable[[Probe], list[Group]]] = {
     "rmsnorm": norms.rmsnorm,
@@ -35,7 +36,6 @@ SUITES: dict[str, Callable[[Probe], list[Group]]] = {
 class Result:
     passed: bool
     line: str
-    shown: bool = True  # False: the same failing line as an earlier check's, said once
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Report:
     path: Path
     sha256: str
     results: list[Result]
-    not_run: int  # checks skipped after the learner's code raised
+    not_run: int  # checks skipped after the learner's code raised, or waiting on an unexplained output
 
     @property
     def passed(self) -> bool:
@@ -57,6 +57,14 @@ class Report:
     @property
     def total(self) -> int:
         return len(self.results) + self.not_run
+
+    @property
+    def summary(self) -> str:
+        """`3 of 16 checks fail`, `1 of 13 checks fails, and 10 were not run`: what the lines show."""
+        failing = len(self.failures)
+        verb = "fails" if failing == 1 else "fail"
+        skipped = f", and {self.not_run} {'was' if self.not_run == 1 else 'were'} not run" if self.not_run else ""
+        return f"{failing} of {self.total} checks {verb}{skipped}"
 
 
 def check_file(learner: LearnerFile, before_each: Callable[[str], None] | None = None) -> Report:
@@ -86,6 +94,9 @@ def _run(groups: list[Group], results: list[Result], before_each: Callable[[str]
             before_each(check.says)
             try:
                 mistake = check.run()
+            except Undecided:
+                not_run += 1
+                continue
             except Stop as stop:
                 rest = len(group.checks) - index - 1
                 more = (
@@ -98,6 +109,5 @@ def _run(groups: list[Group], results: list[Result], before_each: Callable[[str]
                 results.append(Result(False, f"{stop}{more}"))
                 not_run += rest
                 break
-            said = mistake is not None and any(not r.passed and r.line == mistake for r in results)
-            results.append(Result(mistake is None, check.says if mistake is None else mistake, not said))
+            results.append(Result(mistake is None, check.says if mistake is None else mistake))
     return not_run

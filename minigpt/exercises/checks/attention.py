@@ -2,12 +2,16 @@
 16.3's heads joined through W_O), against minigpt's CausalSelfAttention (minigpt/model/layers.py)
 with the same weights.
 
-The mask comes first, by its effect: a later position's input must change nothing at an earlier
-one (a mask that reads the future), and position 0, whose only visible key is itself, must give
-its own value through W_O (a mask that hides a position from itself leaves it no key). A wrong
-output is then explained by the known mistakes that reproduce it: the scores scaled by the model's
-width or not at all, the softmax over the queries, heads reading interleaved coordinates, the
-heads returned without W_O.
+A wrong output is explained first by the known mistakes that reproduce it (common.Fitting), the
+mask first: no mask, later scores set to 0, a mask that hides each position from itself
+(diagonal=0) or lets it read the next (diagonal=2), the mask turned round (tril for triu), the
+weights masked after the softmax; the heads cut from [B, T, C] without the transpose, or with H and
+d swapped; the heads joined back without the transpose; the softmax over the queries; the scores
+scaled by the model's width, by d, or not at all; the heads returned without W_O. The width (8) and
+heads (2) are chosen so that sqrt(d) = 2, d = 4, sqrt(C) = 2.83 and C = 8 all differ. The mistakes
+are then shown by their effect: a later position's input must change nothing at an earlier one,
+position 0 (whose only visible key is itself) gives its own value through W_O, and the two examples
+of a batch stay apart.
 """
 
 from __future__ import annotations
@@ -21,26 +25,25 @@ from ...config import ModelConfig
 from ...model.layers import CausalSelfAttention
 from .common import (
     Check,
+    Fitting,
     Group,
     Probe,
     Stop,
+    agrees_check,
+    apart,
     close,
     device_check,
-    explain,
-    fit_check,
-    fitting,
     gradient_check,
     linear_calls,
     number,
     parameters_check,
     randn,
-    row,
     shape,
     unchanged_input_check,
 )
 from .norms import pair
 
-WIDTH, HEADS = 4, 2
+WIDTH, HEADS = 8, 2
 HEAD_WIDTH = WIDTH // HEADS
 
 
@@ -53,53 +56,91 @@ def _reference(bias: bool = True) -> nn.Module:
     return CausalSelfAttention(cfg).double().eval()
 
 
+# The keys each mask hides from query i, as a [T, T] boolean (True: hidden) of key j.
+MASKS = {
+    "causal": lambda i, j: j > i,
+    "strict": lambda i, j: j >= i,  # triu(diagonal=0): each position hidden from itself too
+    "ahead": lambda i, j: j > i + 1,  # triu(diagonal=2): each position reads the next
+    "inverted": lambda i, j: j <= i,  # tril where triu(1) belongs: hides what the query may read
+}
+
+
 def attended(
-    x: Tensor, theirs: nn.Module, *, scale: str, mask: str, softmax_over: str, split: str, out: bool
+    x: Tensor, theirs: nn.Module, *, mask: str, split: str, join: str, softmax_over: str, scale: str, out: bool
 ) -> Tensor:
     """Attention with the choices a learner may have made (each option's first value is right)."""
     B, T, C = x.shape
     q, k, v = theirs.qkv(x).split(C, dim=-1)
     if split == "contiguous":  # head h reads coordinates h*d .. (h+1)*d - 1
         q, k, v = (t.view(B, T, HEADS, HEAD_WIDTH).transpose(1, 2) for t in (q, k, v))
-    else:  # head h reads coordinates h, h + H, h + 2H, ...
-        q, k, v = (t.view(B, T, HEAD_WIDTH, HEADS).permute(0, 3, 1, 2) for t in (q, k, v))
-    scores = q @ k.transpose(-2, -1) / {"head": math.sqrt(HEAD_WIDTH), "width": math.sqrt(C), "none": 1.0}[scale]
-    visible = torch.ones(T, T, dtype=torch.bool).tril()
-    if mask == "causal":
-        scores = scores.masked_fill(~visible, float("-inf"))
+    elif split == "swapped":  # view(B, T, d, H): d heads of width H
+        q, k, v = (t.view(B, T, HEAD_WIDTH, HEADS).transpose(1, 2) for t in (q, k, v))
+    else:  # view(B, H, T, d) straight from [B, T, C]: each "head" holds pieces of several positions
+        q, k, v = (t.reshape(B, HEADS, T, HEAD_WIDTH) for t in (q, k, v))
+    divisor = {"head": math.sqrt(HEAD_WIDTH), "width": math.sqrt(C), "d": HEAD_WIDTH, "none": 1.0}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    if mask in MASKS:
+        scores = scores.masked_fill(MASKS[mask](i, j), float("-inf"))
     elif mask == "zero":  # later keys' scores set to 0: exp(0) still weighs them
-        scores = scores * visible
-    elif mask == "strict":  # each position hidden from itself too
-        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(-1), float("-inf"))
+        scores = scores * (j <= i)
     weights = torch.softmax(scores, dim=-1 if softmax_over == "keys" else -2)
+    if mask == "after":  # the later keys' weights zeroed after the softmax: rows no longer sum to 1
+        weights = weights.masked_fill(j > i, 0.0)
     mixed = weights @ v  # [B, H, T, d]
-    if split == "contiguous":
-        joined = mixed.transpose(1, 2).reshape(B, T, C)
-    else:
-        joined = mixed.permute(0, 2, 3, 1).reshape(B, T, C)
+    joined = mixed.reshape(B, T, C) if join == "reshape" else mixed.transpose(1, 2).reshape(B, T, C)
     return theirs.out(joined) if out else joined
 
 
 OPTIONS = {
-    "scale": ["head", "width", "none"],
-    "mask": ["causal", "none", "zero", "strict"],
+    "mask": ["causal", "none", "zero", "strict", "ahead", "inverted", "after"],
+    "split": ["contiguous", "swapped", "no_transpose"],
+    "join": ["transpose", "reshape"],
     "softmax_over": ["keys", "queries"],
-    "split": ["contiguous", "interleaved"],
+    "scale": ["head", "width", "d", "none"],
     "out": [True, False],
 }
 
 
+def transpose_hint(exc: BaseException) -> str | None:
+    """Q K^T with K not transposed: [T, d] @ [T, d] does not multiply."""
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and ("batch2" in text or "cannot be multiplied" in text):
+        return "Q K^T multiplies Q by K transposed over its last two axes: q @ k.transpose(-2, -1)"
+    return None
+
+
 def attention(probe: Probe) -> list[Group]:
+    probe.hints = transpose_hint
+
     def build(*bias: bool) -> nn.Module:
         return probe.build("CausalSelfAttention", WIDTH, HEADS, *bias)
 
     both = pair(build, _reference)
-    fitted = fitting(probe, "CausalSelfAttention", "minigpt's attention", both, _rows(), attended, OPTIONS)
     name = "CausalSelfAttention"
+    fitting = Fitting(probe, name, "minigpt's attention", both, _rows(), attended, OPTIONS)
 
     def forward(module: nn.Module, x: Tensor):
         with torch.no_grad():
             return probe.forward(name, module, x)
+
+    def future() -> tuple[int, float] | None:
+        """The first earlier position whose output changes when position 3's input does, and by how
+        much (nan on both sides counts as unchanged: a position left no key is said by its own check)."""
+        mine, _ = both()
+        x = _rows()
+        moved = x.clone()
+        moved[:, 3] += 3.0
+        a, b = forward(mine, x), forward(mine, moved)
+        for p in range(3):
+            if not close(a[:, p], b[:, p], nan_equal=True):
+                return p, (a[:, p] - b[:, p]).abs().nan_to_num(nan=math.inf).max().item()
+        return None
+
+    def read(effect: tuple[int, float] | None) -> str:
+        if effect is None:
+            return ""
+        return f"changing position 3's input changed position {effect[0]}'s output by {number(effect[1])}; "
 
     def no_bias() -> str | None:
         got = [k for k in build(False).state_dict()]
@@ -121,27 +162,105 @@ def attention(probe: Probe) -> list[Group]:
                     )
         return None
 
-    def causal() -> str | None:
-        mine, theirs = both()
-        x = _rows()
-        moved = x.clone()
-        moved[:, 3] += 3.0
-        a, b = forward(mine, x), forward(mine, moved)
-        changed = [p for p in range(3) if not close(a[:, p], b[:, p])]
-        if not changed:
+    def masked(choices: dict) -> str | None:
+        kind = choices["mask"]
+        if kind == "causal":
             return None
-        p = changed[0]
-        by = (a[:, p] - b[:, p]).abs().max().item()
-        choices = explain(forward(mine, x), lambda **c: attended(x, theirs, **c), OPTIONS)
-        if choices is not None and choices["mask"] == "zero":
+        if kind == "none":
             return (
-                f"your mask sets later keys' scores to 0, not -inf: exp(0) still weighs them, so changing position 3's "
-                f"input changed position {p}'s output by {number(by)}; masked_fill(..., float('-inf')) "
-                "before the softmax"
+                f"your {name} reads the future, having no mask: {read(future())}mask every key after its query "
+                "with -inf before the softmax"
+            )
+        if kind == "zero":
+            return (
+                f"your mask sets later keys' scores to 0, not -inf: exp(0) still weighs them, so {read(future())}"
+                "masked_fill(..., float('-inf')) before the softmax"
+            )
+        if kind == "strict":
+            return (
+                "your mask hides each position from itself too (triu(diagonal=0), j >= i): position 0 is left no "
+                "key at all and gives nan; mask only the keys after the query (j > i), triu(diagonal=1)"
+            )
+        if kind == "ahead":
+            return (
+                f"your mask lets each position read the next one (triu(diagonal=2), j > i + 1): {read(future())}"
+                "mask every key after the query (j > i), triu(diagonal=1)"
+            )
+        if kind == "inverted":
+            return (
+                "your mask is turned round: it hides each query's own and earlier keys (tril) and keeps the later "
+                "ones; mask the keys after the query (j > i), torch.ones(T, T, dtype=torch.bool).triu(1)"
             )
         return (
-            f"your {name} reads the future: changing position 3's input changed position {p}'s output by {number(by)}; "
-            "mask every key after its query with -inf before the softmax"
+            "your mask zeroes the later keys' weights after the softmax: each query's weights then sum to less "
+            "than 1; mask the scores with -inf before the softmax, which shares the weight among the visible keys"
+        )
+
+    def split(choices: dict) -> str | None:
+        if choices["split"] == "contiguous":
+            return None
+        if choices["split"] == "swapped":
+            return (
+                f"your heads are cut with view(B, T, {HEAD_WIDTH}, {HEADS}), d and H swapped: that makes {HEAD_WIDTH} "
+                f"heads of width {HEADS}; view(B, T, {HEADS}, {HEAD_WIDTH}).transpose(1, 2) makes the model's {HEADS} "
+                f"heads of width {HEAD_WIDTH}, head h reading coordinates h*d .. (h+1)*d - 1"
+            )
+        return (
+            f"your heads are cut from [B, T, C] straight into [B, {HEADS}, T, {HEAD_WIDTH}] (view or reshape), with no "
+            "transpose: each head "
+            f"then holds pieces of several positions, and positions mix ({read(future()).removesuffix('; ')}); "
+            f"view(B, T, {HEADS}, {HEAD_WIDTH}).transpose(1, 2) gives [B, H, T, d]"
+        )
+
+    def join(choices: dict) -> str | None:
+        if choices["join"] == "transpose":
+            return None
+        if choices["split"] == "no_transpose":
+            return (
+                f"your {name} joins the heads with reshape(B, T, C) alone, the undoing of its view(B, {HEADS}, T, "
+                f"{HEAD_WIDTH}); once the heads are cut with .transpose(1, 2), join them back with "
+                ".transpose(1, 2).reshape(B, T, C)"
+            )
+        return (
+            f"your {name} joins the heads with reshape(B, T, C) straight from [B, H, T, d], without transposing "
+            "back: heads and positions mix; (weights @ v).transpose(1, 2).reshape(B, T, C)"
+        )
+
+    def scale(choices: dict) -> str | None:
+        if choices["scale"] == "head":
+            return None
+        if choices["scale"] == "width":
+            return (
+                f"your {name} divides the scores by sqrt(C) = sqrt({WIDTH}), the model's width: each head divides by "
+                f"sqrt(d) = sqrt({HEAD_WIDTH}), its own width"
+            )
+        if choices["scale"] == "d":
+            return (
+                f"your {name} divides the scores by d = {HEAD_WIDTH} itself: divide by its square root, "
+                f"sqrt(d) = {number(math.sqrt(HEAD_WIDTH))}"
+            )
+        return f"your {name} does not scale the scores: divide Q K^T by sqrt(d), d = {HEAD_WIDTH} (each head's width)"
+
+    def softmax(choices: dict) -> str | None:
+        if choices["softmax_over"] == "keys":
+            return None
+        return (
+            f"your {name}'s softmax runs over the queries (dim=-2): each query's weights over its keys sum "
+            "to 1 (dim=-1)"
+        )
+
+    def output(choices: dict) -> str | None:
+        if choices["out"]:
+            return None
+        return f"your {name} returns the joined heads without W_O: pass them through self.out"
+
+    def causal() -> str | None:
+        effect = future()
+        if effect is None:
+            return None
+        return (
+            f"your {name} reads the future: {read(effect)}a position's output must not depend on a later one (every "
+            "key after its query masked with -inf before the softmax, and nothing else mixing positions)"
         )
 
     def first_position() -> str | None:
@@ -154,44 +273,14 @@ def attention(probe: Probe) -> list[Group]:
             return None
         if torch.isnan(out[:, 0]).any():
             return (
-                f"your {name} gives nan at position 0: your mask hides each position from itself, and position 0 then "
-                "has no key at all; mask the keys after the query (j > i), not j >= i"
+                f"your {name} gives nan at position 0: a position left no visible key (all -inf) has no weights; "
+                "position 0's only key is itself"
             )
+        got, want = apart(out[0, 0], own[0])
         return (
-            f"at position 0, whose only visible key is itself, your {name} gave {row(out[0, 0])}; with weight 1 on its "
-            f"own value it is {row(own[0])} (its value through W_O)"
+            f"at position 0, whose only visible key is itself, your {name} gave {got}; with weight 1 on its "
+            f"own value it is {want} (its value through W_O)"
         )
-
-    def scale(choices: dict) -> str | None:
-        if choices["scale"] == "head":
-            return None
-        if choices["scale"] == "width":
-            return (
-                f"your {name} divides the scores by sqrt(C) = sqrt({WIDTH}), the model's width: each head divides by "
-                f"sqrt(d) = sqrt({HEAD_WIDTH}), its own width"
-            )
-        return f"your {name} does not scale the scores: divide Q K^T by sqrt(d), d = {HEAD_WIDTH} (each head's width)"
-
-    def softmax(choices: dict) -> str | None:
-        if choices["softmax_over"] == "keys":
-            return None
-        return (
-            f"your {name}'s softmax runs over the queries (dim=-2): each query's weights over its keys sum "
-            "to 1 (dim=-1)"
-        )
-
-    def heads(choices: dict) -> str | None:
-        if choices["split"] == "contiguous":
-            return None
-        return (
-            f"your heads read interleaved coordinates: head h reads coordinates h*d .. (h+1)*d - 1 of Q, K and V "
-            f"(.view(B, T, {HEADS}, {HEAD_WIDTH})), the slices W_O and a checkpoint expect"
-        )
-
-    def output(choices: dict) -> str | None:
-        if choices["out"]:
-            return None
-        return f"your {name} returns the joined heads without W_O: pass them through self.out"
 
     def batch() -> str | None:
         mine, _ = both()
@@ -199,23 +288,8 @@ def attention(probe: Probe) -> list[Group]:
         moved = x.clone()
         moved[1] += 2.0
         a, b = forward(mine, x), forward(mine, moved)
-        if not close(a[0], b[0]):
+        if not close(a[0], b[0], nan_equal=True):
             return f"your {name} mixes the examples of a batch: changing example 1 changed example 0's output"
-        return None
-
-    def agrees() -> str | None:
-        for dtype, tolerance in ((torch.float64, 1e-9), (torch.float32, 1e-5)):
-            mine, theirs = (m.to(dtype) for m in both())
-            x = _rows().to(dtype)
-            out = forward(mine, x.clone())
-            with torch.no_grad():
-                expected = theirs(x)
-            if not close(out, expected, tolerance):
-                return (
-                    f"your {name} differs from minigpt's (minigpt/model/layers.py) in "
-                    f"{str(dtype).removeprefix('torch.')}: "
-                    f"at position 4 it gave {row(out[0, 4])}, minigpt's gives {row(expected[0, 4])}"
-                )
         return None
 
     def calls() -> str | None:
@@ -244,13 +318,22 @@ def attention(probe: Probe) -> list[Group]:
         ),
         Check(f"{name}({WIDTH}, {HEADS}, bias=False) builds without biases", no_bias),
         Check(f"{name} keeps [B, T, C] for T = 1 and T = 5, in float32 and float64", shapes),
+        fitting.check("mask", f"{name} masks every key after its query, and no other, with -inf", masked),
+        fitting.check("split", f"{name}'s head h reads coordinates h*d .. (h+1)*d - 1 of its own position", split),
+        fitting.check("join", f"{name} transposes the heads back before joining them to [B, T, C]", join),
+        fitting.check("softmax_over", f"{name}'s softmax runs over the keys", softmax),
+        fitting.check("scale", f"{name} divides each head's scores by sqrt(d), d = {HEAD_WIDTH}", scale),
+        fitting.check("out", f"{name} joins the heads through W_O (self.out)", output),
         Check(f"{name} reads no later position (changing position 3 changes nothing at 0, 1, 2)", causal),
         Check(f"{name} at position 0 gives its own value through W_O (its only visible key is itself)", first_position),
-        fit_check(f"{name} divides each head's scores by sqrt(d), d = {HEAD_WIDTH}", fitted, scale),
-        fit_check(f"{name}'s softmax runs over the keys", fitted, softmax),
-        fit_check(f"{name}'s head h reads coordinates h*d .. (h+1)*d - 1", fitted, heads),
-        fit_check(f"{name} joins the heads through W_O (self.out)", fitted, output),
-        Check(f"{name} agrees with minigpt's (minigpt/model/layers.py), in float64 and float32", agrees),
+        agrees_check(
+            probe,
+            name,
+            both,
+            _rows(),
+            "minigpt's (minigpt/model/layers.py)",
+            lambda x, at: f"at position {at[1]} of example {at[0]}",
+        ),
         Check(f"{name} keeps the examples of a batch apart", batch),
         Check(f"{name} calls self.qkv and self.out once each, as modules", calls),
         unchanged_input_check(probe, name, lambda x: build()(x), _rows()),

@@ -21,7 +21,7 @@ from ...config import PROJECT_ROOT, ModelConfig
 from ...model.chapter17 import build_model, chapter_model_config
 from ...model.gpt import Block
 from ...model.layers import CausalSelfAttention, FeedForward, LayerNorm
-from .common import Check, Group, Probe, Stop, close, randn, row, shape, unchanged_input_check
+from .common import Check, Group, Probe, Stop, against, close, randn, row, shape, unchanged_input_check
 
 WIDTH = 4
 CHAPTER = PROJECT_ROOT / "data" / "chapter17-block.json"
@@ -82,7 +82,7 @@ def block(probe: Probe) -> list[Group]:
         return None
 
     def identity_path() -> str | None:
-        out, _ = run(zero(), zero())
+        out, seen = run(zero(), zero())
         if close(out, x):
             return None
         if close(out, torch.zeros_like(x)):
@@ -90,13 +90,20 @@ def block(probe: Probe) -> list[Group]:
                 f"your Block replaces instead of adding: with both updates zero, {row(x[0, 0])} became {shown(out)}; "
                 "a = x + Attention(norm1(x)) keeps x when the update is zero"
             )
+        if seen[1] and close(seen[1][0], x) and close(out, norm2(norm1(x))):
+            return (
+                "your Block normalises after each add (post-norm, chapter 17.6): its attention reads x itself and "
+                f"with both updates zero it returned norm2(norm1(x)) = {shown(out)}, not x = {row(x[0, 0])}; 17.5's "
+                "pre-norm block reads norm1(x) and adds to the untouched x"
+            )
         if any(close(out, candidate) for candidate in (n1, norm2(n1), norm2(x))):
             return (
                 f"your Block normalises the stream itself: with both updates zero it returned {shown(out)}, a "
                 f"normalised row, not x = {row(x[0, 0])}; each sublayer reads a normalised view, and the addition "
                 "keeps the untouched input"
             )
-        return f"with both updates zero your Block turned x = {row(x[0, 0])} into {shown(out)}: it must return x"
+        got, want, at = against(out, x)
+        return f"with both updates zero your Block gave {got} at position {at[-1]}, where x is {want}: it must return x"
 
     def attention_reads() -> str | None:
         _, seen = run(zero(), zero())
@@ -109,12 +116,25 @@ def block(probe: Probe) -> list[Group]:
                 "your attention reads x itself, not norm1(x): a pre-norm block (17.5) puts each norm before its "
                 "sublayer; normalising after the add is post-norm, another block (17.6)"
             )
-        return f"your attention received {shown(seen[1][0])}; in a pre-norm block it reads norm1(x) = {row(n1[0, 0])}"
+        got, want, at = against(seen[1][0], n1)
+        return f"at position {at[-1]} your attention received {got}; in a pre-norm block it reads norm1(x) = {want}"
 
     def first_add() -> str | None:
-        out, _ = run(lambda t: t * 0 + U, zero())
+        out, seen = run(lambda t: t * 0 + U, zero())
         if close(out, x + U):
             return None
+        if close(out, x):
+            if seen[3] and close(seen[3][0], norm2(x + U)):
+                return (
+                    "your second add starts again from x and drops attention's update: with a zero FFN update it "
+                    f"returned x = {row(x[0, 0])}, not R = X + U = {row((x + U)[0, 0])}; Y = R + FFN(norm2(R))"
+                )
+            return (
+                f"your Block drops attention's update: with attention's update U = {row(U[0, 0])} and a zero FFN "
+                f"update it returned x = {row(x[0, 0])}; R = X + U"
+            )
+        if close(out, x + 2 * U):
+            return f"your Block adds attention's update twice: x + U is {row((x + U)[0, 0])}, it gave {shown(out)}"
         if close(out, n1 + U):
             return (
                 "your Block adds attention's update to norm1(x), not to the untouched x (it normalises the residual "
@@ -133,10 +153,11 @@ def block(probe: Probe) -> list[Group]:
                 "your Block normalises after each add (post-norm, chapter 17.6): 17.5's pre-norm block returns "
                 "R + FFN(norm2(R)), R = X + U, with no norm on the stream itself"
             )
-        return f"with a zero FFN update, x + U should be {row((x + U)[0, 0])}; your Block gave {shown(out)}"
+        got, want, at = against(out, x + U)
+        return f"with a zero FFN update your Block gave {got} at position {at[-1]}, where x + U is {want}"
 
     def ffn_reads() -> str | None:
-        _, seen = run(lambda t: t * 0 + U, zero())
+        out, seen = run(lambda t: t * 0 + U, zero())
         if not seen[3]:
             return "your Block never calls self.ffn"
         expected = norm2(x + U).detach()
@@ -144,7 +165,18 @@ def block(probe: Probe) -> list[Group]:
             return None
         if close(seen[3][0], x + U):
             return "your FFN reads the residual R = X + U itself, not norm2(R): pre-norm puts norm2 before the FFN"
-        return f"your FFN received {shown(seen[3][0])}; it reads norm2(X + U) = {row(expected[0, 0])}"
+        if close(seen[3][0], norm1(x + U)):
+            return (
+                "your FFN reads norm1(R), attention's norm: the FFN has a norm of its own, norm2 (each with its own "
+                "gains, which a run trains apart); Y = R + FFN(norm2(R))"
+            )
+        if close(seen[3][0], norm2(x)) and close(out, x + U):  # R = X + U kept, and the FFN fed from x
+            return (
+                "your FFN reads norm2(x), the block's input, not norm2(R) with attention's update added (a parallel "
+                "block, as GPT-J's): 17.5's pre-norm block reads norm2(X + U)"
+            )
+        got, want, at = against(seen[3][0], expected)
+        return f"at position {at[-1]} your FFN received {got}; it reads norm2(X + U) = {want}"
 
     def second_add() -> str | None:
         out, _ = run(lambda t: t * 0 + U, lambda t: t * 0 + Fu)
@@ -152,9 +184,15 @@ def block(probe: Probe) -> list[Group]:
             return None
         if close(out, x + Fu):
             return "your second add starts again from x and drops attention's update: Y = R + FFN(norm2(R)), R = X + U"
+        if close(out, x + U + 2 * Fu):
+            return (
+                "your Block adds the FFN's update twice: with updates U and F, X + U + F is "
+                f"{row((x + U + Fu)[0, 0])}, it gave {shown(out)}"
+            )
         if close(out, Fu):
             return f"your Block returns only the FFN's update {row(Fu[0, 0])}: Y = R + FFN(norm2(R))"
-        return f"with updates U and F, Y should be X + U + F = {row((x + U + Fu)[0, 0])}; your Block gave {shown(out)}"
+        got, want, at = against(out, x + U + Fu)
+        return f"with updates U and F your Block gave {got} at position {at[-1]}, where X + U + F is {want}"
 
     def table() -> str | None:
         ref = json.loads(CHAPTER.read_text(encoding="utf-8"))
@@ -184,10 +222,10 @@ def block(probe: Probe) -> list[Group]:
         Check("Block: the FFN reads norm2(R)", ffn_reads),
         Check("Block: the second add keeps R, Y = R + FFN(norm2(R))", second_add),
         Check("Block turns chapter 17's X into Table 17.1's Y (6 decimals)", table),
-        unchanged_input_check(
+        unchanged_input_check(  # updates that are not zero: x += 0 would change nothing to see
             probe,
             "Block",
-            lambda t: probe.build("Block", *(Recording(f) for f in (norm1, zero(), norm2, zero())))(t),
+            lambda t: probe.build("Block", *(Recording(f) for f in (norm1, lambda n: n * 0 + U, norm2, zero())))(t),
             x,
         ),
     ]

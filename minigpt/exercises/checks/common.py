@@ -5,8 +5,12 @@ known mistakes that reproduce it.
 
 A check compares the learner's module with minigpt's own (minigpt/model/layers.py) on the same
 weights; to say *which* mistake made a difference, `explain` recomputes the part with each known
-mistake (and each combination of them, fewest first) and keeps the first that gives what the
-learner's code gave.
+mistake (and each combination of them, fewest first) and keeps the combinations with the fewest
+mistakes that give what the learner's code gave. A `Fitting` holds that explanation for one probe:
+each of its facet checks names one choice (the statistic, the mask), shown on a row made to expose
+it ([2, 2, 2, 2], [1, -3, 5, -7]), and the facets run before the checks on hand-made inputs, so that
+the first failing line names the mistake. Two rows are never shown as the same numbers: `apart`
+gives them the digits that tell them apart.
 """
 
 from __future__ import annotations
@@ -45,24 +49,32 @@ class Stop(Exception):
     """A mistake after which the rest of the group cannot run (its message is the check's line)."""
 
 
-class Raised(Stop):
-    """The learner's code raised while a check called it: said in one line, with the file's line."""
+class Undecided(Exception):
+    """A check that cannot be decided while an earlier one fails (that one's line says so): not run."""
 
-    def __init__(self, what: str, exc: BaseException, path: Path):
-        super().__init__(f"{what} raised {describe(exc)}{where_raised(exc, path)}")
+
+class Raised(Stop):
+    """The learner's code raised while a check called it: said in one line, with the file's line, and
+    the likely cause where the exercise knows one (`hint`)."""
+
+    def __init__(self, what: str, exc: BaseException, path: Path, hint: str | None = None):
+        super().__init__(f"{what} raised {describe(exc)}{where_raised(exc, path)}" + (f"; {hint}" if hint else ""))
 
 
 class Probe:
-    """Calls into one learner's file; whatever the code raises becomes a Raised naming the call."""
+    """Calls into one learner's file; whatever the code raises becomes a Raised naming the call.
+    `hints(exc)`: the exercise's reading of what its learners' code commonly raises (a statistic
+    without keepdim, K not transposed), or None."""
 
-    def __init__(self, learner: LearnerFile):
+    def __init__(self, learner: LearnerFile, hints: Callable[[BaseException], str | None] | None = None):
         self.learner, self.path = learner, learner.path
+        self.hints = hints or (lambda exc: None)
 
     def call(self, what: str, function: Callable, *args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
         except Exception as exc:  # the learner's code, whatever it raises
-            raise Raised(what, exc, self.path) from None
+            raise Raised(what, exc, self.path, self.hints(exc) or _in_place_hint(exc)) from None
 
     def build(self, name: str, *args: Any) -> nn.Module:
         """The learner's class `name` built with `args`, in float64 (the checks' precision)."""
@@ -74,6 +86,13 @@ class Probe:
 
     def forward(self, name: str, module: nn.Module, *args: Any) -> Any:
         return self.call(f"{name}.forward", module, *args)
+
+
+def _in_place_hint(exc: BaseException) -> str | None:
+    """Autograd refuses an in-place edit of a tensor it needs (the input, a parameter)."""
+    if isinstance(exc, RuntimeError) and "in-place operation" in str(exc):
+        return "an in-place edit (x /= ..., x.div_(...)) of a tensor the gradient needs; compute a new tensor"
+    return None
 
 
 def _arg(value: Any) -> str:
@@ -111,25 +130,62 @@ def close(a: Any, b: Tensor, tolerance: float = 1e-6, nan_equal: bool = False) -
     )
 
 
-def explain(output: Any, compute: Callable[..., Tensor], options: dict[str, list]) -> dict[str, Any] | None:
+def apart(got: Tensor, expected: Tensor, digits: int = 4) -> tuple[str, str]:
+    """Two rows as a learner reads them, with enough digits (`digits` at least, up to 10) to tell them
+    apart; rows that still print alike get the largest absolute difference and where it is after the first."""
+    got, expected = got.detach().double().reshape(-1), expected.detach().double().reshape(-1)
+    for shown in range(digits, max(digits, 10) + 1):
+        a, b = row(got, shown), row(expected, shown)
+        if a != b:
+            return a, b
+    gap = (got - expected).abs()
+    at = int(gap.argmax())
+    return f"{a} (the largest difference, {float(gap[at]):.1e}, at coordinate {at})", b
+
+
+def against(got: Any, expected: Tensor, digits: int = 4) -> tuple[str, str, tuple[int, ...]]:
+    """A learner's output and the expected one, shown where they differ most: the two rows as `apart`
+    writes them, and that row's index (every axis but the last; () for a single row); a learner's
+    output of another shape or kind is named by its shape, beside the expected first row."""
+    if not isinstance(got, Tensor) or got.shape != expected.shape:
+        first = (0,) * (expected.dim() - 1)
+        return shape(got), row(expected[first], digits), first
+    at = worst_row(got, expected)
+    return *apart(got[at], expected[at], digits), at
+
+
+def worst_row(got: Tensor, expected: Tensor) -> tuple[int, ...]:
+    """The index (every axis but the last) of the row where `got` differs most from `expected`; nan
+    where the other is a number counts as the largest difference."""
+    gap = (got.detach().double() - expected.detach().double()).abs().nan_to_num(nan=math.inf)
+    flat = int(gap.reshape(-1).argmax())
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), gap.shape)[:-1])
+
+
+def explain(output: Any, compute: Callable[..., Tensor], options: dict[str, list]) -> list[dict[str, Any]]:
     """The choices under which `compute(**choices)` gives `output`: each option's first value is the
-    right one, and the combination with the fewest wrong choices is found first; None when no
-    combination of the known mistakes reproduces it."""
+    right one; the combinations with the fewest wrong choices that reproduce it, all of them (two
+    that the probe cannot tell apart are both returned); none when no combination of the known
+    mistakes reproduces it."""
     if not isinstance(output, Tensor):
-        return None
+        return []
     names = list(options)
     combinations = sorted(
         itertools.product(*(range(len(options[n])) for n in names)), key=lambda c: sum(i > 0 for i in c)
     )
+    found: list[dict[str, Any]] = []
     for combination in combinations:
+        wrong = sum(i > 0 for i in combination)
+        if found and wrong > sum(found[0][n] != options[n][0] for n in names):
+            break
         choices = {n: options[n][i] for n, i in zip(names, combination)}
         try:
             expected = compute(**choices)
         except (RuntimeError, ValueError):  # a mistake that cannot be computed at this shape
             continue
         if close(output, expected, nan_equal=True):
-            return choices
-    return None
+            found.append(choices)
+    return found
 
 
 def randn(*size: int, seed: int) -> Tensor:
@@ -187,9 +243,9 @@ def unchanged_input_check(probe: Probe, name: str, run_on: Callable[[Tensor], An
         probe.forward(name, lambda t: run_on(t), given)
         if not torch.equal(given, before):
             changed = (given != before).reshape(-1).nonzero()[0].item()
+            now, was = (text[1:-1] for text in apart(given.reshape(-1)[changed], before.reshape(-1)[changed]))
             return (
-                f"your {name} changes its input in place: its input's number {changed} was "
-                f"{number(before.reshape(-1)[changed].item())} and is now {number(given.reshape(-1)[changed].item())}; "
+                f"your {name} changes its input in place: its input's number {changed} was {was} and is now {now}; "
                 "compute new tensors (x * s, not x *= s or x.mul_(s)), so that x + update adds to the untouched x"
             )
         return None
@@ -264,59 +320,138 @@ def gradient_check(
     return Check(f"gradients reach {name}'s input and {', '.join(parameters)}, as minigpt's", run)
 
 
-def fit_check(says: str, fitted: Callable[[], Fitted], words: Callable[[dict], str | None]) -> Check:
-    """A check read from the explanation of a wrong output (`fitted`): it passes when the output is
-    minigpt's, names its own mistake when the explanation has it, and says how the output differs
-    when no known mistake explains it (the same line for every such check: said once)."""
+def agrees_check(
+    probe: Probe,
+    name: str,
+    both: Callable[[], tuple[nn.Module, nn.Module]],
+    x: Tensor,
+    theirs: str,
+    where: Callable[[Tensor, tuple[int, ...]], str] = lambda x, at: f"on {row(x[at])}",
+) -> Check:
+    """The learner's module gives what minigpt's (`theirs`, in words) gives on `x`, with the same weights,
+    in float64 (within 1e-9) and float32 (1e-5); a float64 difference of float32's size is named as
+    the precision lost. The row shown is the one that differs most, `where(x, index)` in words."""
 
     def run() -> str | None:
-        fit = fitted()
-        if close(fit.output, fit.expected):
-            return None
-        if fit.choices is None:
-            return fit.unexplained()
-        return words(fit.choices)
+        for dtype, tolerance in ((torch.float64, 1e-9), (torch.float32, 1e-5)):
+            mine, reference = (m.to(dtype) for m in both())
+            given = x.to(dtype)
+            with torch.no_grad():
+                out, expected = probe.forward(name, mine, given.clone()), reference(given)
+            if close(out, expected, tolerance):
+                continue
+            if not isinstance(out, Tensor) or out.shape != expected.shape:
+                return f"your {name} turned {list(x.shape)} into {shape(out)}; {theirs} keeps {list(x.shape)}"
+            at = worst_row(out, expected)
+            got, want = apart(out[at], expected[at])
+            short = theirs.removesuffix(" (minigpt/model/layers.py)")
+            if dtype == torch.float64 and close(out, expected, 1e-5):
+                return (
+                    f"your {name} loses float64's precision: {where(given, at)} it gave {got}, {short} gives {want}, "
+                    "a difference of float32's rounding; compute in x's dtype (no .float(), no float32 tensor made)"
+                )
+            return (
+                f"your {name} differs from {theirs} in {str(dtype).removeprefix('torch.')}: {where(given, at)} it "
+                f"gave {got}, {short} gives {want}"
+            )
+        return None
 
-    return Check(says, run)
+    return Check(f"{name} agrees with {theirs}, in float64 and float32", run)
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """The learner's output on one probe, minigpt's, and the known mistakes that explain the difference."""
+    """The learner's output on one probe, minigpt's, and the known mistakes that explain the
+    difference (`explanations`: the fewest wrong choices that reproduce it; two when the probe cannot
+    tell them apart; none when nothing known does)."""
 
     given: Tensor
     output: Any
     expected: Tensor
-    choices: dict[str, Any] | None
-    name: str
-    formula: str
+    explanations: list[dict[str, Any]]
+
+    @property
+    def right(self) -> bool:
+        return close(self.output, self.expected)
+
+
+class Fitting:
+    """One probe's explanation and the checks read from it. `fitted()` is computed once: the
+    learner's output on `given` (`pair()` builds the learner's module and minigpt's with the same
+    weights), minigpt's, and the explanation by `compute(given, theirs, **choices)` over `options`.
+
+    Each facet check (`check`) names one choice (`words(choices)`: None when that choice is right),
+    run in the order the checks were made, before any check on a hand-made input, so that the first
+    failing line names the mistake. Where two explanations fit equally, a facet's line names its own
+    choice and the other explanation's. When no known mistake explains the output, the first facet
+    check says how it differs and the others wait (not run: they cannot be told while the output is
+    unexplained)."""
+
+    def __init__(self, probe: Probe, name: str, formula: str, pair, given: Tensor, compute, options):
+        self.probe, self.name, self.formula, self.pair = probe, name, formula, pair
+        self.given, self.compute, self.options = given, compute, options
+        self.facets: dict[str, Callable[[dict], str | None]] = {}
+        self._fitted: Fitted | None = None
+        self._unexplained_said = False
+
+    def fitted(self) -> Fitted:
+        if self._fitted is None:
+            mine, theirs = self.pair()
+            with torch.no_grad():
+                output = self.probe.forward(self.name, mine, self.given.clone())
+                expected = theirs(self.given.clone())
+                found = []
+                if not close(output, expected):
+                    found = explain(output, lambda **c: self.compute(self.given, theirs, **c), self.options)
+            self._fitted = Fitted(self.given, output, expected, found)
+        return self._fitted
+
+    def check(self, facet: str, says: str, words: Callable[[dict], str | None]) -> Check:
+        self.facets[facet] = words
+
+        def run() -> str | None:
+            fit = self.fitted()
+            if fit.right:
+                return None
+            if not fit.explanations:
+                if self._unexplained_said:
+                    raise Undecided
+                self._unexplained_said = True
+                waiting = len(self.facets) - 1
+                return self.unexplained() + (
+                    f"; the other {waiting} checks of {self.name}'s formula wait until it matches" if waiting else ""
+                )
+            said = [w for c in fit.explanations if (w := words(c)) is not None]
+            if not said:
+                return None
+            others = [self.named_in(c) for c in fit.explanations if words(c) is None]
+            return _either(list(dict.fromkeys(said + [o for o in others if o])))
+
+        return Check(says, run)
+
+    def named_in(self, choices: dict) -> str | None:
+        """The words of the first facet (in the order the checks run) that `choices` has wrong."""
+        return next((w for words in self.facets.values() if (w := words(choices)) is not None), None)
 
     def unexplained(self) -> str:
-        first = self.given.reshape(-1, self.given.shape[-1])[0]
-        out = self.output
-        shown = row(out.reshape(-1, out.shape[-1])[0]) if isinstance(out, Tensor) and out.dim() else shape(out)
+        fit = self.fitted()
+        out, expected = fit.output, fit.expected
+        if not isinstance(out, Tensor) or out.shape != expected.shape:
+            return (
+                f"your {self.name} differs from {self.formula}: it gave {shape(out)}, minigpt's gives {shape(expected)}"
+            )
+        at = worst_row(out, expected)
+        got, want = apart(out[at], expected[at])
         return (
-            f"your {self.name} differs from {self.formula} in a way these checks do not name: on the row {row(first)} "
-            f"it gave {shown}, minigpt's gives {row(self.expected.reshape(-1, self.expected.shape[-1])[0])}"
+            f"your {self.name} differs from {self.formula} in a way these checks do not name: on the row "
+            f"{row(fit.given[at])} it gave {got}, minigpt's gives {want}"
         )
 
 
-def fitting(probe: Probe, name: str, formula: str, pair, given: Tensor, compute, options) -> Callable[[], Fitted]:
-    """`fitted()`: the learner's output on `given` (`pair()` builds the learner's module and minigpt's with
-    the same weights), minigpt's, and the explanation by `compute(given, theirs, **choices)` over
-    `options` (see `explain`); computed once."""
-    memo: list[Fitted] = []
-
-    def fitted() -> Fitted:
-        if not memo:
-            mine, theirs = pair()
-            with torch.no_grad():
-                output = probe.forward(name, mine, given.clone())
-                expected = theirs(given.clone())
-                choices = None
-                if not close(output, expected):
-                    choices = explain(output, lambda **c: compute(given, theirs, **c), options)
-            memo.append(Fitted(given, output, expected, choices, name, formula))
-        return memo[0]
-
-    return fitted
+def _either(said: list[str]) -> str | None:
+    """One explanation, or two the checks cannot tell apart, named both."""
+    if not said:
+        return None
+    if len(said) == 1:
+        return said[0]
+    return f"{said[0]}; or else (these checks cannot tell the two apart) {said[1]}"

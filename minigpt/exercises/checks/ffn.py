@@ -5,6 +5,10 @@
 Both must return the model's width (the lesson's "returning the hidden-width MLP vector" is the
 first thing checked, and nothing else can be compared until it holds), act on each position by
 itself, and call their two Linear layers as modules (a trace records `hidden` where it enters W2).
+A wrong output is explained by the known mistakes that reproduce it (common.Fitting): another
+activation or none, the activation after W2, a bias left out, the input added back (the residual
+add is the block's); for SwiGLU the gate and value taken from the wrong columns of n W1 (swapped,
+or alternate columns), another activation, SiLU on the product or on both halves, an addition.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from ...config import ModelConfig
 from ...model.layers import FeedForward
 from .common import (
     Check,
+    Fitting,
     Group,
     Probe,
     Stop,
+    against,
+    agrees_check,
     close,
     device_check,
-    fit_check,
-    fitting,
     gradient_check,
     linear_calls,
     parameters_check,
@@ -129,24 +134,6 @@ def _position_wise_check(probe: Probe, name: str, both) -> Check:
     return Check(f"{name} transforms each position by itself (position 3 changes nothing at 0, 1, 2)", run)
 
 
-def _agrees_check(probe: Probe, name: str, both) -> Check:
-    def run() -> str | None:
-        for dtype, tolerance in ((torch.float64, 1e-9), (torch.float32, 1e-5)):
-            mine, theirs = (m.to(dtype) for m in both())
-            x = _rows().to(dtype)
-            with torch.no_grad():
-                out, expected = probe.forward(name, mine, x.clone()), theirs(x)
-            if not close(out, expected, tolerance):
-                return (
-                    f"your {name} differs from minigpt's FeedForward (minigpt/model/layers.py) in "
-                    f"{str(dtype).removeprefix('torch.')}: on {row(x[0, 0])} it gave {row(out[0, 0])}, minigpt's gives "
-                    f"{row(expected[0, 0])}"
-                )
-        return None
-
-    return Check(f"{name} agrees with minigpt's FeedForward (minigpt/model/layers.py), in float64 and float32", run)
-
-
 def _calls_linears_check(probe: Probe, name: str, build: Callable[..., nn.Module]) -> Check:
     def run() -> str | None:
         module = build(WIDTH, HIDDEN)
@@ -168,6 +155,18 @@ def _calls_linears_check(probe: Probe, name: str, build: Callable[..., nn.Module
     return Check(f"{name} calls self.W1 and self.W2 once each, as modules", run)
 
 
+def _residual_words(name: str) -> Callable[[dict], str | None]:
+    def words(choices: dict) -> str | None:
+        if not choices["residual"]:
+            return None
+        return (
+            f"your {name} adds its input back (x + ...): the residual add is the block's, residual1 + ffn; "
+            "return the down projection's output alone"
+        )
+
+    return words
+
+
 def _common_checks(probe: Probe, name: str, build, both, widen: int) -> tuple[list[Check], list[Check]]:
     """The checks every FFN gets, before and after its own."""
     first = [
@@ -179,7 +178,7 @@ def _common_checks(probe: Probe, name: str, build, both, widen: int) -> tuple[li
     ]
     last = [
         _position_wise_check(probe, name, both),
-        _agrees_check(probe, name, both),
+        agrees_check(probe, name, both, _rows(), "minigpt's FeedForward (minigpt/model/layers.py)"),
         _calls_linears_check(probe, name, build),
         unchanged_input_check(probe, name, lambda x: build(WIDTH, HIDDEN)(x), _rows()),
         device_check(probe, name, lambda: build(WIDTH, HIDDEN), _rows()),
@@ -197,14 +196,16 @@ def ffn(probe: Probe) -> list[Group]:
 
     both = pair(lambda: build(WIDTH, HIDDEN), lambda: _reference("relu"))
 
-    def compute(x, theirs, *, activation, place, b1_used, b2_used):
+    def compute(x, theirs, *, activation, place, b1_used, b2_used, residual):
         pre = x @ theirs.W1.weight.T + (theirs.W1.bias if b1_used else 0)
         b2 = theirs.W2.bias if b2_used else 0
         if place == "between":
-            return ACTIVATIONS[activation](pre) @ theirs.W2.weight.T + b2
-        return ACTIVATIONS[activation](pre @ theirs.W2.weight.T + b2)
+            out = ACTIVATIONS[activation](pre) @ theirs.W2.weight.T + b2
+        else:
+            out = ACTIVATIONS[activation](pre @ theirs.W2.weight.T + b2)
+        return x + out if residual else out
 
-    fitted = fitting(
+    fitting = Fitting(
         probe,
         "FeedForward",
         "ReLU(x W1 + b1) W2 + b2",
@@ -216,6 +217,7 @@ def ffn(probe: Probe) -> list[Group]:
             "place": ["between", "after"],
             "b1_used": [True, False],
             "b2_used": [True, False],
+            "residual": [False, True],
         },
     )
 
@@ -228,11 +230,11 @@ def ffn(probe: Probe) -> list[Group]:
             module.W2.bias.zero_()
             for given, expected in (([-1.0, 1.0], [1.0, 1.0]), ([1.0, -1.0], [1.0, 0.0])):
                 out = probe.forward("FeedForward", module, torch.tensor([[given]], dtype=torch.float64))
-                if not close(out, torch.tensor([[expected]], dtype=torch.float64)):
+                if not close(out, want := torch.tensor([[expected]], dtype=torch.float64)):
+                    got, chapter, _ = against(out, want)
                     return (
-                        f"on chapter 17.4's W1 and W2, {row(given)} became "
-                        f"{row(out) if isinstance(out, Tensor) else shape(out)}; "
-                        f"the chapter gives {row(expected)} (x W1, then ReLU, then W2)"
+                        f"on chapter 17.4's W1 and W2, {row(given)} became {got}; the chapter gives {chapter} (x W1, "
+                        "then ReLU, then W2)"
                     )
         return None
 
@@ -257,9 +259,12 @@ def ffn(probe: Probe) -> list[Group]:
     first, last = _common_checks(probe, "FeedForward", build, both, widen=1)
     checks = [
         *first,
+        fitting.check("activation", "FeedForward puts ReLU between W1 and W2", activation),
+        fitting.check("biases", "FeedForward adds both biases, b1 and b2", biases),
+        fitting.check(
+            "residual", "FeedForward returns its update alone (the block adds x)", _residual_words("FeedForward")
+        ),
         Check("FeedForward gives chapter 17.4's rows: [-1, 1] -> [1, 1] and [1, -1] -> [1, 0]", chapter_example),
-        fit_check("FeedForward puts ReLU between W1 and W2", fitted, activation),
-        fit_check("FeedForward adds both biases, b1 and b2", fitted, biases),
         *last,
     ]
     return [Group("FeedForward", checks)]
@@ -274,13 +279,25 @@ def swiglu(probe: Probe) -> list[Group]:
 
     both = pair(lambda: build(WIDTH, HIDDEN), lambda: _reference("swiglu"))
 
-    def compute(x, theirs, *, gate_half, activation, combine):
-        first, second = theirs.W1(x).chunk(2, dim=-1)
-        gate, value = (first, second) if gate_half == "first" else (second, first)
-        opened = ACTIVATIONS[activation](gate)
-        return theirs.W2(opened * value if combine == "multiply" else opened + value)
+    def compute(x, theirs, *, split, activation, opened, combine, residual):
+        both_halves = theirs.W1(x)
+        if split.startswith("interleaved"):  # alternate columns: h[..., ::2], h[..., 1::2]
+            first, second = both_halves[..., ::2], both_halves[..., 1::2]
+        else:
+            first, second = both_halves.chunk(2, dim=-1)
+        gate, value = (second, first) if split.endswith("swapped") else (first, second)
+        act = ACTIVATIONS[activation]
+        join = (lambda a, b: a * b) if combine == "multiply" else (lambda a, b: a + b)
+        if opened == "gate":
+            hidden = join(act(gate), value)
+        elif opened == "both":
+            hidden = join(act(gate), act(value))
+        else:  # the activation after the gate meets the value
+            hidden = act(join(gate, value))
+        out = theirs.W2(hidden)
+        return x + out if residual else out
 
-    fitted = fitting(
+    fitting = Fitting(
         probe,
         "SwiGLU",
         "W2(SiLU(gate) * value)",
@@ -288,9 +305,11 @@ def swiglu(probe: Probe) -> list[Group]:
         _rows(),
         compute,
         {
-            "gate_half": ["first", "second"],
+            "split": ["halves", "swapped", "interleaved", "interleaved_swapped"],
             "activation": ["silu", "sigmoid", "relu", "gelu", "none"],
+            "opened": ["gate", "both", "product"],
             "combine": ["multiply", "add"],
+            "residual": [False, True],
         },
     )
 
@@ -304,23 +323,38 @@ def swiglu(probe: Probe) -> list[Group]:
             for gate_row, expected in (([0.0, 0.0], 0.0), ([1.0, 0.0], float(F.silu(torch.tensor(5.0)) * 5))):
                 module.W1.weight.copy_(torch.tensor([gate_row, [1.0, 0.0]]))  # the gate, then the value: 5
                 out = probe.forward("SwiGLU", module, n)
-                if not close(out, torch.full((1, 1, 2), expected, dtype=torch.float64), 1e-6):
-                    shown = row(out) if isinstance(out, Tensor) else shape(out)
+                if not close(out, want := torch.full((1, 1, 2), expected, dtype=torch.float64), 1e-6):
+                    shown, right, _ = against(out, want)
                     if expected == 0.0:
                         return (
                             f"a gate of 0 let the value through: gate 0, value 5 gave {shown}; SiLU(0) = 0, so that "
                             "component must pass nothing"
                         )
-                    return f"gate 5, value 5 gave {shown}; SiLU(5) * 5 = {expected:.4f} on each output"
+                    return f"gate 5, value 5 gave {shown}; SiLU(5) * 5 on each output is {right}"
         return None
 
-    def gate_half(choices: dict) -> str | None:
-        if choices["gate_half"] == "first":
+    def split(choices: dict) -> str | None:
+        kind = choices["split"]
+        if kind == "halves":
             return None
+        if kind == "swapped":
+            return (
+                "your SwiGLU takes the second half of self.W1(n) as the gate: n W1 = [gate | value], the gate is the "
+                "first F columns (W1.chunk(2, dim=-1) gives gate, value)"
+            )
+        which = "even" if kind == "interleaved" else "odd"
         return (
-            "your SwiGLU takes the second half of self.W1(n) as the gate: n W1 = [gate | value], the gate is the "
-            "first F columns (W1.chunk(2, dim=-1) gives gate, value)"
+            f"your SwiGLU takes the gate from the {which} columns of self.W1(n) and the value from the others "
+            "(h[..., ::2], h[..., 1::2]): n W1 = [gate | value] side by side, the gate the first F columns and the "
+            "value the last F (gate, value = self.W1(n).chunk(2, dim=-1))"
         )
+
+    def opened(choices: dict) -> str | None:
+        if choices["opened"] == "gate":
+            return None
+        if choices["opened"] == "both":
+            return "your SwiGLU applies SiLU to the value too: only the gate is opened, SiLU(gate) * value"
+        return "your SwiGLU applies SiLU after multiplying, SiLU(gate * value): open the gate first, SiLU(gate) * value"
 
     def activation(choices: dict) -> str | None:
         words = {
@@ -345,10 +379,12 @@ def swiglu(probe: Probe) -> list[Group]:
     first, last = _common_checks(probe, "SwiGLU", build, both, widen=2)
     checks = [
         *first,
+        fitting.check("split", "SwiGLU's gate is the first half of self.W1(n), its value the second", split),
+        fitting.check("activation", "SwiGLU opens the gate with SiLU", activation),
+        fitting.check("opened", "SwiGLU applies SiLU to the gate alone, before the product", opened),
+        fitting.check("combine", "SwiGLU multiplies SiLU(gate) by the value", combine),
+        fitting.check("residual", "SwiGLU returns its update alone (the block adds x)", _residual_words("SwiGLU")),
         Check("SwiGLU's one-component gate: gate 0 passes nothing, gate 5 passes SiLU(5) of the value", one_component),
-        fit_check("SwiGLU's gate is the first half of self.W1(n), its value the second", fitted, gate_half),
-        fit_check("SwiGLU opens the gate with SiLU", fitted, activation),
-        fit_check("SwiGLU multiplies SiLU(gate) by the value", fitted, combine),
         *last,
     ]
     return [Group("SwiGLU", checks)]

@@ -3,8 +3,11 @@
 
 A wrong norm is explained by the known mistakes that reproduce its output on random rows, with a
 large epsilon (0.1) so that where it is added shows: mean-centring, a statistic other than the
-chapter's (RMSNorm's mean square, LayerNorm's variance divided by C), epsilon outside the square
-root or left out, another axis than the last, the gain (or bias) ignored.
+chapter's (RMSNorm's mean square, LayerNorm's variance divided by C: a sum, a mean of x or of |x|, a
+spread divided by C - 1), no square root, epsilon outside the square root or left out, another axis
+than the last, the gain (or bias) ignored. Each mistake is then shown on a row made to expose it:
+[2, 2, 2, 2] (centring takes it to zeros), [1, -3, 5, -7] (its mean is negative, its mean of |x| is 4,
+its mean square 21).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from torch import Tensor, nn
 from ...model.layers import LayerNorm, RMSNorm
 from .common import (
     Check,
+    Fitting,
     Group,
     Probe,
+    against,
+    agrees_check,
     close,
     device_check,
-    fit_check,
-    fitting,
     gradient_check,
     number,
     parameters_check,
@@ -32,15 +36,31 @@ from .common import (
     shape,
     unchanged_input_check,
 )
+from .residual import residual_sublayer_checks
 
 # The axes a norm might wrongly take its statistics over, for [B, T, C] rows: the chapter's is the last alone.
-AXES = {"last": (-1,), "positions": (-2,), "row": (-2, -1), "batch": (0,)}
+AXES = {"last": (-1,), "positions": (-2,), "row": (-2, -1), "batch": (0,), "all": (0, 1, 2)}
 AXIS_WORDS = {
     "positions": "the positions (axis -2)",
     "row": "each example's whole [T, C] block",
     "batch": "the batch (axis 0)",
+    "all": "the whole tensor at once (no dim given)",
 }
+THEIRS = "minigpt's (minigpt/model/layers.py)"
 PROBE_EPS = 0.1  # large, so that where epsilon is added shows in the output
+
+# What a norm may divide by, before the square root: each from x, its mean mu over the axes, and
+# how many numbers n those axes hold.
+STATISTICS: dict[str, Callable[[Tensor, Tensor, tuple[int, ...], int], Tensor]] = {
+    "mean_square": lambda x, mu, dims, n: x.pow(2).mean(dims, keepdim=True),
+    "sum_square": lambda x, mu, dims, n: x.pow(2).sum(dims, keepdim=True),
+    "mean": lambda x, mu, dims, n: mu,
+    "mean_abs": lambda x, mu, dims, n: x.abs().mean(dims, keepdim=True),
+    "biased": lambda x, mu, dims, n: (x - mu).pow(2).mean(dims, keepdim=True),
+    "unbiased": lambda x, mu, dims, n: (x - mu).pow(2).sum(dims, keepdim=True) / (n - 1),
+    "sum_deviation": lambda x, mu, dims, n: (x - mu).pow(2).sum(dims, keepdim=True),
+    "mean_abs_deviation": lambda x, mu, dims, n: (x - mu).abs().mean(dims, keepdim=True),
+}
 
 
 def normalised(
@@ -51,32 +71,38 @@ def normalised(
     *,
     centre: bool,
     statistic: str,
+    root: bool,
     eps_at: str,
     axis: str,
     gain_used: bool = True,
     bias_used: bool = True,
 ) -> Tensor:
     """A norm computed with the choices a learner may have made: `centre` subtracts the mean first;
-    `statistic` is mean_square (RMSNorm's), biased (LayerNorm's variance, divided by C) or unbiased
-    (divided by C - 1); `eps_at` inside, outside or none; `axis` one of AXES."""
+    `statistic` one of STATISTICS; `root` takes its square root; `eps_at` inside, outside or none;
+    `axis` one of AXES."""
     dims = AXES[axis]
     mu = x.mean(dims, keepdim=True)
     top = x - mu if centre else x
-    if statistic == "mean_square":
-        spread2 = x.pow(2).mean(dims, keepdim=True)
-    elif statistic == "biased":
-        spread2 = (x - mu).pow(2).mean(dims, keepdim=True)
+    spread2 = STATISTICS[statistic](x, mu, dims, math.prod(x.shape[d] for d in dims))
+    if not root:
+        spread = spread2 + eps if eps_at != "none" else spread2
     else:
-        spread2 = (x - mu).pow(2).sum(dims, keepdim=True) / (math.prod(x.shape[d] for d in dims) - 1)
-    spread = {"inside": lambda: torch.sqrt(spread2 + eps), "outside": lambda: torch.sqrt(spread2) + eps}.get(
-        eps_at, lambda: torch.sqrt(spread2)
-    )()
+        spread = {"inside": lambda: torch.sqrt(spread2 + eps), "outside": lambda: torch.sqrt(spread2) + eps}.get(
+            eps_at, lambda: torch.sqrt(spread2)
+        )()
     y = top / spread
     if gain_used:
         y = y * gain
     if bias is not None and bias_used:
         y = y + bias
     return y
+
+
+def keepdim_hint(exc: BaseException) -> str | None:
+    """A statistic taken without keepdim=True ([2, 3] from [2, 3, 4]) cannot divide the rows it came from."""
+    if isinstance(exc, RuntimeError) and "must match the size of tensor" in str(exc):
+        return "a statistic over the last axis must keep that axis to divide each row by its own: keepdim=True"
+    return None
 
 
 def probe_rows() -> Tensor:
@@ -110,7 +136,7 @@ def pair(
 
 def _eps_words(name: str) -> Callable[[dict], str | None]:
     def words(choices: dict) -> str | None:
-        if choices["eps_at"] == "inside":
+        if choices["eps_at"] == "inside" or not choices["root"]:
             return None
         if choices["eps_at"] == "outside":
             return (
@@ -132,6 +158,40 @@ def _axis_words(name: str) -> Callable[[dict], str | None]:
         )
 
     return words
+
+
+def _root_words(name: str, on: Callable[[list[float]], Tensor], given: list[float], right: str):
+    """No square root, shown on `given` (whose statistic is not 1, so the root shows), `right` its norm."""
+
+    def words(choices: dict) -> str | None:
+        if choices["root"]:
+            return None
+        spread = "the mean square" if name == "RMSNorm" else "the variance"
+        return (
+            f"your {name} divides by {spread} itself, not by its square root: {row(given)} became "
+            f"{_shown(on(given))}, not {right}; divide by torch.sqrt({spread.removeprefix('the ')} + eps)"
+        )
+
+    return words
+
+
+def _shown(out) -> str:
+    return row(out) if isinstance(out, Tensor) else shape(out)
+
+
+def _learner_on(probe: Probe, name: str, build: Callable[..., nn.Module]):
+    """`on(values, gamma, beta)`: the learner's module (eps 1e-5, gains ones unless given) on one row."""
+
+    def on(values: list[float], gamma: list[float] | None = None, beta: list[float] | None = None) -> Tensor:
+        module = build(len(values), 1e-5)
+        with torch.no_grad():
+            if gamma is not None:
+                module.weight.copy_(torch.tensor(gamma))
+            if beta is not None:
+                module.bias.copy_(torch.tensor(beta))
+            return probe.forward(name, module, torch.tensor([[values]], dtype=torch.float64))
+
+    return on
 
 
 def _shape_and_dtype(probe: Probe, name: str, build: Callable[[], nn.Module]) -> Check:
@@ -156,28 +216,6 @@ def _shape_and_dtype(probe: Probe, name: str, build: Callable[[], nn.Module]) ->
     return Check(f"{name} keeps the shape and dtype: [2, 3, 4] in, [2, 3, 4] out, in float32 and float64", run)
 
 
-def _agrees(probe: Probe, name: str, both: Callable[[], tuple[nn.Module, nn.Module]]) -> Check:
-    def run() -> str | None:
-        for dtype, tolerance in ((torch.float64, 1e-9), (torch.float32, 1e-5)):
-            mine, theirs = (m.to(dtype) for m in both())
-            x = (probe_rows() * 3).to(dtype)
-            with torch.no_grad():
-                out, expected = probe.forward(name, mine, x.clone()), theirs(x)
-            if not close(out, expected, tolerance):
-                shown = row(out.reshape(-1, 4)[0]) if isinstance(out, Tensor) and out.numel() % 4 == 0 else shape(out)
-                return (
-                    f"your {name} differs from minigpt's (minigpt/model/layers.py) in "
-                    f"{str(dtype).removeprefix('torch.')}: "
-                    f"on {row(x.reshape(-1, 4)[0])} it gave {shown}, minigpt's gives {row(expected.reshape(-1, 4)[0])}"
-                )
-        return None
-
-    return Check(
-        f"{name} agrees with minigpt's (minigpt/model/layers.py) on random rows and weights, in float64 and float32",
-        run,
-    )
-
-
 def _starts_at(module: nn.Module, name: str, values: dict[str, float]) -> str | None:
     for parameter, value in values.items():
         tensor = module.state_dict()[parameter]
@@ -191,13 +229,24 @@ def _starts_at(module: nn.Module, name: str, values: dict[str, float]) -> str | 
 
 # ---------------------------------------------------------------- rmsnorm
 
+RMS_STATISTIC_WORDS = {
+    "sum_square": "the root of the sum of the squares, not of their mean (the sum divided by d)",
+    "mean": "the root of the mean of x, not of the mean of the squares x_i^2 (a row of negative mean gives nan)",
+    "mean_abs": "the root of the mean of |x|, not of the mean of the squares x_i^2",
+    "unbiased": "x.std(), the spread around the mean divided by d - 1 (torch's default), not the root mean square of "
+    "x itself",
+}
+
 
 def rmsnorm(probe: Probe) -> list[Group]:
+    probe.hints = keepdim_hint
+
     def build(width: int = 4, eps: float = PROBE_EPS) -> nn.Module:
         return probe.build("RMSNorm", width, eps)
 
+    on = _learner_on(probe, "RMSNorm", build)
     both = pair(build, lambda: RMSNorm(4, PROBE_EPS).double())
-    fitted = fitting(
+    fitting = Fitting(
         probe,
         "RMSNorm",
         "g_i x_i / sqrt(mean(x^2) + eps)",
@@ -206,147 +255,84 @@ def rmsnorm(probe: Probe) -> list[Group]:
         lambda x, theirs, **c: normalised(x, theirs.weight, None, PROBE_EPS, **c),
         {
             "centre": [False, True],
-            "statistic": ["mean_square", "biased", "unbiased"],
+            "statistic": ["mean_square", "sum_square", "mean", "mean_abs", "biased", "unbiased"],
+            "root": [True, False],
             "eps_at": ["inside", "outside", "none"],
             "axis": list(AXES),
             "gain_used": [True, False],
         },
     )
 
-    def constant() -> str | None:
-        x = torch.full((1, 1, 4), 2.0, dtype=torch.float64)
-        with torch.no_grad():
-            out = probe.forward("RMSNorm", build(4, 1e-5), x)
-        if close(out, torch.ones_like(x), 1e-3):
+    def centre(choices: dict) -> str | None:
+        if not choices["centre"]:
             return None
-        if close(out, torch.zeros_like(x), 1e-3):
-            return (
-                f"your RMSNorm subtracts the mean: {row(x)} became {row(out)}; RMSNorm divides by the root mean "
-                "square without centring, which keeps it [1, 1, 1, 1]"
-            )
-        shown = row(out) if isinstance(out, Tensor) else shape(out)
-        return f"{row(x)} became {shown}; RMSNorm with unit gains makes it [1, 1, 1, 1] (2 / sqrt(4 + eps))"
+        return (
+            f"your RMSNorm subtracts the mean: [2, 2, 2, 2] became {_shown(on([2.0] * 4))}; RMSNorm divides by the "
+            "root mean square without centring, which keeps it [1, 1, 1, 1]"
+        )
 
     def statistic(choices: dict) -> str | None:
-        if choices["statistic"] == "mean_square":
+        kind = choices["statistic"]
+        if kind == "mean_square":
             return None
-        if choices["statistic"] == "biased":
+        if kind == "biased":
             return (
                 "your RMSNorm divides by the spread around the mean (a standard deviation, as LayerNorm does): "
                 "RMSNorm divides by sqrt(mean of x_i^2 + eps), the root mean square of x itself"
             )
-        return "your RMSNorm divides the sum of squares by d - 1: the mean square divides by d"
+        given = [1.0, -3.0, 5.0, -7.0]
+        return (
+            f"your RMSNorm divides by {RMS_STATISTIC_WORDS[kind]}: {row(given)} became {_shown(on(given))}, where "
+            "dividing by sqrt(mean of x_i^2 + eps) = sqrt(21) gives [0.2182, -0.6547, 1.0911, -1.5275]; "
+            "x.pow(2).mean(dim=-1, keepdim=True)"
+        )
 
     def gain(choices: dict) -> str | None:
         if choices["gain_used"]:
             return None
         return "your RMSNorm ignores its gain: multiply each coordinate by self.weight (g_i x_i / rms(x))"
 
+    def constant() -> str | None:
+        out = on([2.0] * 4)
+        if close(out, torch.ones(1, 1, 4, dtype=torch.float64), 1e-3):
+            return None
+        return f"[2, 2, 2, 2] became {_shown(out)}; RMSNorm with unit gains makes it [1, 1, 1, 1] (2 / sqrt(4 + eps))"
+
     checks = [
         parameters_check(lambda: build(4, 1e-5), "RMSNorm(4, 1e-05)", {"weight": [4]}, "one gain per coordinate"),
         Check("RMSNorm's gain starts at ones", lambda: _starts_at(build(4, 1e-5), "RMSNorm", {"weight": 1.0})),
         _shape_and_dtype(probe, "RMSNorm", build),
-        Check("RMSNorm keeps a constant vector's sign: [2, 2, 2, 2] becomes [1, 1, 1, 1] (no mean-centring)", constant),
-        fit_check("RMSNorm divides by the root mean square, sqrt(mean of x_i^2 + eps)", fitted, statistic),
-        fit_check("RMSNorm adds epsilon inside the square root", fitted, _eps_words("RMSNorm")),
-        fit_check("RMSNorm normalises each row over its last axis only", fitted, _axis_words("RMSNorm")),
-        fit_check("RMSNorm multiplies by its gain", fitted, gain),
-        _agrees(probe, "RMSNorm", both),
+        fitting.check("centre", "RMSNorm does not subtract the mean (no centring)", centre),
+        fitting.check("statistic", "RMSNorm divides by the root mean square, sqrt(mean of x_i^2 + eps)", statistic),
+        fitting.check(
+            "root",
+            "RMSNorm takes the square root of the mean square",
+            _root_words("RMSNorm", on, [2.0] * 4, "[1, 1, 1, 1]"),
+        ),
+        fitting.check("eps_at", "RMSNorm adds epsilon inside the square root", _eps_words("RMSNorm")),
+        fitting.check("axis", "RMSNorm normalises each row over its last axis only", _axis_words("RMSNorm")),
+        fitting.check("gain_used", "RMSNorm multiplies by its gain", gain),
+        Check("RMSNorm keeps a constant vector's sign: [2, 2, 2, 2] becomes [1, 1, 1, 1]", constant),
+        agrees_check(probe, "RMSNorm", both, probe_rows() * 3, THEIRS),
         unchanged_input_check(probe, "RMSNorm", lambda x: build()(x), probe_rows()),
         device_check(probe, "RMSNorm", build, probe_rows()),
         gradient_check(probe, "RMSNorm", both, probe_rows(), ("weight",)),
     ]
-    return [Group("RMSNorm", checks), Group("residual_sublayer", _residual_sublayer(probe))]
-
-
-def _residual_sublayer(probe: Probe) -> list[Check]:
-    x = torch.tensor([[[1.0, -2.0, 3.0, 0.5]]], dtype=torch.float64)
-    norm = RMSNorm(4, 1e-5).double()
-    with torch.no_grad():
-        norm.weight.copy_(torch.tensor([2.0, 1.0, 0.5, 1.0]))  # gains of its own: the norm handed in, not another
-    normed = norm(x).detach()
-    update = torch.tensor([[[0.5, 0.5, -1.0, 2.0]]], dtype=torch.float64)
-
-    def residual_sublayer(sublayer, given: Tensor | None = None):
-        given = x.clone() if given is None else given
-        with torch.no_grad():
-            return probe.call("residual_sublayer", probe.learner["residual_sublayer"], given, sublayer, norm)
-
-    def shown(out) -> str:
-        return row(out) if isinstance(out, Tensor) else shape(out)
-
-    def zero_update() -> str | None:
-        out = residual_sublayer(lambda n: torch.zeros_like(n))
-        if close(out, x):
-            return None
-        if close(out, torch.zeros_like(x)):
-            return (
-                f"your residual_sublayer replaces instead of adding: with a zero update, {row(x)} became {row(out)}; "
-                "return x + sublayer(norm(x)), so a sublayer with nothing to add leaves x as it is"
-            )
-        if close(out, normed):
-            return (
-                f"with a zero update your residual_sublayer returned norm(x) = {row(out)}, not x = {row(x)}: "
-                "the addition must keep the untouched input"
-            )
-        return f"with a zero update your residual_sublayer turned x = {row(x)} into {shown(out)}: x + 0 is x"
-
-    def reads_normalised() -> str | None:
-        seen: list[Tensor] = []
-        residual_sublayer(lambda n: seen.append(n.detach().clone()) or torch.zeros_like(n))
-        if not seen:
-            return "your residual_sublayer never calls the sublayer: its update is sublayer(norm(x))"
-        if close(seen[0], x):
-            return (
-                "your residual_sublayer hands the sublayer x itself: it must read the normalised view "
-                f"norm(x) = {row(normed)} (pre-norm)"
-            )
-        if not close(seen[0], normed):
-            return (
-                f"the sublayer received {shown(seen[0])}; it must receive norm(x) = {row(normed)}, from the norm given"
-            )
-        return None
-
-    def keeps_input() -> str | None:
-        out = residual_sublayer(lambda n: n * 0 + update)
-        if close(out, x + update):
-            return None
-        if close(out, normed + update):
-            return (
-                "your residual_sublayer adds the update to norm(x), not to the untouched x (it normalises the "
-                f"residual branch itself): x = {row(x)} plus {row(update)} must give {row(x + update)}"
-            )
-        if close(out, update):
-            return f"your residual_sublayer returns only the sublayer's update {row(update)}: add it to x = {row(x)}"
-        return f"with the update {row(update)}, x = {row(x)} became {shown(out)}; x + update is {row(x + update)}"
-
-    def in_place() -> str | None:
-        given = x.clone()
-        residual_sublayer(lambda n: n * 0 + update, given)
-        if not torch.equal(given, x):
-            return (
-                f"your residual_sublayer changes x in place (x += ...): the caller's x is now {row(given)}, not "
-                f"{row(x)}; return a new tensor, x + update"
-            )
-        return None
-
-    return [
-        Check("residual_sublayer: a zero update leaves x unchanged (it adds, it does not replace)", zero_update),
-        Check("residual_sublayer: the sublayer reads norm(x), the normalised view", reads_normalised),
-        Check("residual_sublayer: the update is added to the untouched x", keeps_input),
-        Check("residual_sublayer leaves x unchanged (no in-place edit)", in_place),
-    ]
+    return [Group("RMSNorm", checks), Group("residual_sublayer", residual_sublayer_checks(probe))]
 
 
 # ---------------------------------------------------------------- layernorm
 
 
 def layernorm(probe: Probe) -> list[Group]:
+    probe.hints = keepdim_hint
+
     def build(width: int = 4, eps: float = PROBE_EPS) -> nn.Module:
         return probe.build("LayerNorm", width, eps)
 
+    on = _learner_on(probe, "LayerNorm", build)
     both = pair(build, lambda: LayerNorm(4, PROBE_EPS).double())
-    fitted = fitting(
+    fitting = Fitting(
         probe,
         "LayerNorm",
         "gamma_c (x_c - mu) / sqrt(sigma^2 + eps) + beta_c",
@@ -355,7 +341,8 @@ def layernorm(probe: Probe) -> list[Group]:
         lambda x, theirs, **c: normalised(x, theirs.weight, theirs.bias, PROBE_EPS, **c),
         {
             "centre": [True, False],
-            "statistic": ["biased", "unbiased", "mean_square"],
+            "statistic": ["biased", "unbiased", "mean_square", "sum_deviation", "mean_abs_deviation"],
+            "root": [True, False],
             "eps_at": ["inside", "outside", "none"],
             "axis": list(AXES),
             "gain_used": [True, False],
@@ -363,23 +350,14 @@ def layernorm(probe: Probe) -> list[Group]:
         },
     )
 
-    def on(values: list[float], gamma: list[float] | None = None, beta: list[float] | None = None) -> Tensor:
-        module = build(len(values), 1e-5)
-        with torch.no_grad():
-            if gamma is not None:
-                module.weight.copy_(torch.tensor(gamma))
-            if beta is not None:
-                module.bias.copy_(torch.tensor(beta))
-            return probe.forward("LayerNorm", module, torch.tensor([[values]], dtype=torch.float64))
-
     def chapter_rows() -> str | None:
         for given, expected in (([1.0, 3.0], [-0.999995, 0.999995]), ([10.0, 10.0], [0.0, 0.0])):
             out = on(given)
-            if not close(out, torch.tensor([[expected]], dtype=torch.float64), 1e-6):
-                shown = row(out, 6) if isinstance(out, Tensor) else shape(out)
+            if not close(out, want := torch.tensor([[expected]], dtype=torch.float64), 1e-6):
+                shown, chapter, _ = against(out, want, 6)
                 return (
                     f"chapter 17.3's row {row(given)} became {shown}; with gamma = 1, beta = 0 and eps = 0.00001 "
-                    f"it is {row(expected, 6)}"
+                    f"it is {chapter}"
                 )
         return None
 
@@ -387,21 +365,31 @@ def layernorm(probe: Probe) -> list[Group]:
         if choices["centre"]:
             return None
         return (
-            f"your LayerNorm does not subtract the mean: [10, 10] became {row(on([10.0, 10.0]))}; "
+            f"your LayerNorm does not subtract the mean: [10, 10] became {_shown(on([10.0, 10.0]))}; "
             "(x_c - mu) / sqrt(sigma^2 + eps) makes it [0, 0]"
         )
 
     def statistic(choices: dict) -> str | None:
-        if choices["statistic"] == "biased":
+        kind = choices["statistic"]
+        if kind == "biased":
             return None
-        if choices["statistic"] == "unbiased":
+        if kind == "unbiased":
             return (
-                f"your LayerNorm divides the squared deviations by C - 1 (torch's x.std() and x.var() do by default): "
+                "your LayerNorm divides the squared deviations by C - 1 (torch's x.std() and x.var() do by default): "
                 f"[1, 3] became {row(on([1.0, 3.0]), 6)}; chapter 17.3 divides by C (x.var(dim=-1, unbiased=False))"
             )
+        if kind == "mean_square":
+            return (
+                "your LayerNorm divides by the root mean square of x, not by the spread around the mean: "
+                "sigma^2 = mean((x_c - mu)^2)"
+            )
+        what = {
+            "sum_deviation": "the sum of the squared deviations, not their mean",
+            "mean_abs_deviation": "the mean of |x_c - mu|, not of (x_c - mu)^2",
+        }[kind]
         return (
-            "your LayerNorm divides by the root mean square of x, not by the spread around the mean: "
-            "sigma^2 = mean((x_c - mu)^2)"
+            f"your LayerNorm's sigma^2 is {what}: [1, 3, 5, 7] became {row(on([1.0, 3.0, 5.0, 7.0]))}; chapter "
+            "17.3's sigma^2 = mean((x_c - mu)^2) = 5 makes it [-1.3416, -0.4472, 0.4472, 1.3416]"
         )
 
     def gain(choices: dict) -> str | None:
@@ -427,14 +415,19 @@ def layernorm(probe: Probe) -> list[Group]:
             lambda: _starts_at(build(4, 1e-5), "LayerNorm", {"weight": 1.0, "bias": 0.0}),
         ),
         _shape_and_dtype(probe, "LayerNorm", build),
+        fitting.check("centre", "LayerNorm subtracts each row's mean", centre),
+        fitting.check("statistic", "LayerNorm's variance divides by C (biased), as chapter 17.3 defines it", statistic),
+        fitting.check(
+            "root",
+            "LayerNorm takes the square root of the variance",
+            _root_words("LayerNorm", on, [1.0, 5.0], "[-1, 1]"),
+        ),
+        fitting.check("eps_at", "LayerNorm adds epsilon inside the square root", _eps_words("LayerNorm")),
+        fitting.check("axis", "LayerNorm normalises each row over its last axis only", _axis_words("LayerNorm")),
+        fitting.check("gain_used", "LayerNorm multiplies by gamma", gain),
+        fitting.check("bias_used", "LayerNorm adds beta", bias),
         Check("LayerNorm gives chapter 17.3's rows: [1, 3] -> [-0.999995, 0.999995], [10, 10] -> [0, 0]", chapter_rows),
-        fit_check("LayerNorm subtracts each row's mean", fitted, centre),
-        fit_check("LayerNorm's variance divides by C (biased), as chapter 17.3 defines it", fitted, statistic),
-        fit_check("LayerNorm adds epsilon inside the square root", fitted, _eps_words("LayerNorm")),
-        fit_check("LayerNorm normalises each row over its last axis only", fitted, _axis_words("LayerNorm")),
-        fit_check("LayerNorm multiplies by gamma", fitted, gain),
-        fit_check("LayerNorm adds beta", fitted, bias),
-        _agrees(probe, "LayerNorm", both),
+        agrees_check(probe, "LayerNorm", both, probe_rows() * 3, THEIRS),
         unchanged_input_check(probe, "LayerNorm", lambda x: build()(x), probe_rows()),
         device_check(probe, "LayerNorm", build, probe_rows()),
         gradient_check(probe, "LayerNorm", both, probe_rows(), ("weight", "bias")),
