@@ -5,8 +5,9 @@ number it quotes (runs/depth-experiments.json), and prints the tables.
 
     python scripts/depth_experiments.py             about an hour on a 2-core laptop CPU
     python scripts/depth_experiments.py --only init     gradients against depth at initialisation (2 minutes)
-    python scripts/depth_experiments.py --only warmup   warmup at Xiong et al.'s learning rates (about 30 minutes)
+    python scripts/depth_experiments.py --only warmup   warmup at Xiong et al.'s learning rates (about 25 minutes)
     python scripts/depth_experiments.py --again     figures and numbers again from the runs
+    python scripts/depth_experiments.py --quick --out DIR   every experiment but the first, a few steps (a test)
     python scripts/depth_experiments.py --out DIR   the runs go to DIR (default: runs/)
 
 Rerunning continues where it stopped: each sweep skips its finished cells (minigpt sweep resumes).
@@ -42,6 +43,7 @@ import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +80,23 @@ WARMUP_GRID = [
 WARMUP_CONFIG = ROOT / "configs" / "depth" / "warmup.toml"
 
 
+@dataclass(frozen=True)
+class Setup:
+    """Where the runs and figures go, and what --quick shortens."""
+
+    out: Path
+    again: bool = False
+    quick: bool = False
+
+    @property
+    def figures(self) -> Path:  # --quick leaves the guide's figures alone
+        return self.out if self.quick else DOCS
+
+    def steps(self, *flags: str) -> list[str]:
+        """--set flags that make every run of an experiment short under --quick (`flags`: its own)."""
+        return list(flags) if self.quick else []
+
+
 def minigpt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     command = [sys.executable, "-m", "minigpt", *args]
@@ -108,12 +127,14 @@ def unigram_loss() -> float:
 # ---------------------------------------------------------------- 1. norm placement
 
 
-def norm_placement(out: Path, again: bool) -> dict:
+def norm_placement(setup: Setup) -> dict:
+    out = setup.out
     sweep = out / "norm-placement"
-    if not again:
+    if not setup.again:
         minigpt("sweep", "-c", str(NORM_CONFIG), *NORM_GRID, "--out", str(sweep))
     # from the sweep's parent, so that the figure's title names the sweep, not this machine's path
-    minigpt("plot", sweep.name, "--against", "model.n_layer", "-o", str(DOCS / "depth-norm-placement.png"), cwd=out)
+    figure = setup.figures / "depth-norm-placement.png"
+    minigpt("plot", sweep.name, "--against", "model.n_layer", "-o", str(figure), "--force", cwd=out)
     baseline = unigram_loss()
     table: dict[tuple[str, int], dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for cell in cells(sweep):
@@ -158,10 +179,11 @@ def _state(cell: dict, baseline: float) -> str:
 # ---------------------------------------------------------------- 3. at initialisation
 
 
-def at_initialisation(out: Path, again: bool) -> dict:
-    sweep = out / "norm-at-init"
-    if not again:
-        minigpt("sweep", "-c", str(NORM_CONFIG), *INIT_GRID, *AT_INIT, "--out", str(sweep))
+def at_initialisation(setup: Setup) -> dict:
+    sweep = setup.out / "norm-at-init"
+    if not setup.again:
+        grid = ["--grid", "model.n_layer=2,4", *INIT_GRID[2:-2]] if setup.quick else INIT_GRID  # one seed
+        minigpt("sweep", "-c", str(NORM_CONFIG), *grid, *AT_INIT, "--out", str(sweep))
     by_setting: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for cell in cells(sweep):
         grid = cell["values"]
@@ -173,7 +195,7 @@ def at_initialisation(out: Path, again: bool) -> dict:
         last = {L: sum(g[-1] for g in by_depth[L]) / len(by_depth[L]) for L in depths}
         first = {L: sum(g[0] for g in by_depth[L]) / len(by_depth[L]) for L in depths}
         rows[name] = {"last_block": last, "first_block": first, "slope": _slope(last)}
-    _init_figure(rows)
+    _init_figure(rows, setup.figures)
     return rows
 
 
@@ -184,7 +206,7 @@ def _slope(values: dict[int, float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
-def _init_figure(rows: dict) -> None:
+def _init_figure(rows: dict, figures: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -200,17 +222,20 @@ def _init_figure(rows: dict) -> None:
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())  # the depths alone, not log-scale minor ticks
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(DOCS / "depth-init-gradients.png", dpi=110)
+    fig.savefig(figures / "depth-init-gradients.png", dpi=110)
     plt.close(fig)
 
 
 # ---------------------------------------------------------------- 4. warmup at Xiong's learning rates
 
 
-def warmup(out: Path, again: bool) -> dict:
-    sweep = out / "warmup"
-    if not again:
-        minigpt("sweep", "-c", str(WARMUP_CONFIG), *WARMUP_GRID, "--out", str(sweep))
+def warmup(setup: Setup) -> dict:
+    sweep = setup.out / "warmup"
+    if not setup.again:
+        short = setup.steps(
+            "--set", "train.steps=20", "--set", "train.eval_interval=10", "--set", "train.log_interval=10"
+        )
+        minigpt("sweep", "-c", str(WARMUP_CONFIG), *WARMUP_GRID, *short, "--out", str(sweep))
     baseline = unigram_loss()
     rows: dict[str, list] = defaultdict(list)
     for cell in cells(sweep):
@@ -226,11 +251,14 @@ def warmup(out: Path, again: bool) -> dict:
 # ---------------------------------------------------------------- 2. Attention Residuals
 
 
-def attention_residuals(out: Path, again: bool) -> dict:
+def attention_residuals(setup: Setup) -> dict:
+    out = setup.out
     sweep, block_sweep = out / "attention-residuals", out / "attention-residuals-block"
-    if not again:
-        minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *RESIDUAL_GRID, "--out", str(sweep))
-        minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *BLOCK_GRID, "--out", str(block_sweep))
+    short = setup.steps("--set", "train.steps=20", "--set", "train.eval_interval=10", "--set", "train.warmup_steps=2")
+    total = 20 if setup.quick else RESIDUAL_STEPS
+    if not setup.again:
+        minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *RESIDUAL_GRID, *short, "--out", str(sweep))
+        minigpt("sweep", "-c", str(RESIDUAL_CONFIG), *BLOCK_GRID, *short, "--out", str(block_sweep))
     runs: dict[str, list[Path]] = defaultdict(list)
     wall: dict[str, list[float]] = defaultdict(list)
     for cell in cells(sweep) + cells(block_sweep):
@@ -246,14 +274,14 @@ def attention_residuals(out: Path, again: bool) -> dict:
         wall[name].append(cell["wall_s"])
     # equal wall time: the ordinary residual trained for as long as full Attention Residuals took
     ratio = sum(wall["full AttnRes"]) / sum(wall["residual"])
-    steps = round(RESIDUAL_STEPS * ratio)
+    steps = round(total * ratio)
     timed = out / "attention-residuals-time"
-    if not again and not (timed / "checkpoint.pt").exists():
-        minigpt("train", "-c", str(RESIDUAL_CONFIG), "--set", "model.residual=true", "--steps", str(steps),
+    if not setup.again and not (timed / "checkpoint.pt").exists():
+        minigpt("train", "-c", str(RESIDUAL_CONFIG), "--set", "model.residual=true", "--steps", str(steps), *short[2:],
                 "--set", f"train.checkpoint_interval={steps}", "--out", str(timed))  # fmt: skip
     runs[f"residual, {steps} steps (equal time)"] = [timed]
     measured = {name: [measure(path) for path in paths] for name, paths in runs.items()}
-    figures({name: ms[0] for name, ms in measured.items()})
+    figures({name: ms[0] for name, ms in measured.items()}, setup.figures)
     return {
         "step_time_ratio": {name: sum(w) / sum(wall["residual"]) for name, w in wall.items()},
         "equal_time_steps": steps,
@@ -318,7 +346,7 @@ def measure(run_dir: Path) -> dict:
     }
 
 
-def figures(measured: dict) -> None:
+def figures(measured: dict, to: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -334,7 +362,7 @@ def figures(measured: dict) -> None:
     right.set(xlabel="seconds of training", title="at equal wall time")
     left.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(DOCS / "depth-attention-residuals-curves.png", dpi=110)
+    fig.savefig(to / "depth-attention-residuals-curves.png", dpi=110)
     plt.close(fig)
 
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4))
@@ -351,7 +379,7 @@ def figures(measured: dict) -> None:
     right.set(xlabel="block", ylabel="gradient norm (last 5 steps)", title="gradient after training", yscale="log")
     left.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(DOCS / "depth-attention-residuals-norms.png", dpi=110)
+    fig.savefig(to / "depth-attention-residuals-norms.png", dpi=110)
     plt.close(fig)
 
     heat = {name: m["depth_weights"] for name, m in measured.items() if m["depth_weights"]}
@@ -365,23 +393,24 @@ def figures(measured: dict) -> None:
         )
         fig.colorbar(image, ax=ax, label="mean depth weight")
     fig.tight_layout()
-    fig.savefig(DOCS / "depth-attention-residuals-weights.png", dpi=110)
+    fig.savefig(to / "depth-attention-residuals-weights.png", dpi=110)
     plt.close(fig)
 
 
 def summary(measured: dict) -> dict:
     """The paper's two findings, as numbers: the weight each layer puts on its predecessor (the
-    source just before it) and on the embedding, averaged over the layers past the first."""
+    source just before it) and on the embedding, averaged over the layers past the first and over
+    the seeds."""
     out = {}
-    for name, m in measured.items():
-        rows = m["depth_weights"]
-        if not rows:
+    for name, runs in measured.items():
+        found = [m["depth_weights"][1:] for m in runs if m["depth_weights"]]
+        if not found:
             continue
-        later = rows[1:]
+        rows = [row for later in found for row in later]
         out[name] = {
-            "predecessor": sum(row[-1] for row in later) / len(later),
-            "embedding": sum(row[0] for row in later) / len(later),
-            "uniform": sum(1 / len(row) for row in later) / len(later),
+            "predecessor": sum(row[-1] for row in rows) / len(rows),
+            "embedding": sum(row[0] for row in rows) / len(rows),
+            "uniform": sum(1 / len(row) for row in rows) / len(rows),
         }
     return out
 
@@ -391,17 +420,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs")
     parser.add_argument("--again", action="store_true", help="figures and numbers again from the runs")
     parser.add_argument("--only", choices=("norm", "residuals", "init", "warmup"), help="one experiment")
+    parser.add_argument(
+        "--quick", action="store_true", help="every experiment but norm, a few steps each (under 3 minutes; a test)"
+    )
     args = parser.parse_args()
+    setup = Setup(args.out, args.again, args.quick)
     results_file = args.out / "depth-experiments.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
-    if args.only in (None, "norm"):
-        results["norm_placement"] = norm_placement(args.out, args.again)
+    if args.only == "norm" or (args.only is None and not args.quick):
+        results["norm_placement"] = norm_placement(setup)
     if args.only in (None, "init"):
-        results["at_initialisation"] = at_initialisation(args.out, args.again)
+        results["at_initialisation"] = at_initialisation(setup)
     if args.only in (None, "warmup"):
-        results["warmup"] = warmup(args.out, args.again)
+        results["warmup"] = warmup(setup)
     if args.only in (None, "residuals"):
-        results["attention_residuals"] = attention_residuals(args.out, args.again)
+        results["attention_residuals"] = attention_residuals(setup)
         results["attention_residuals"]["depth_reads"] = summary(results["attention_residuals"]["measured"])
     results_file.parent.mkdir(parents=True, exist_ok=True)
     results_file.write_text(json.dumps(results, indent=1))

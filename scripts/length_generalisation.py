@@ -3,16 +3,21 @@
 reproduced small. Every cell is one `minigpt` command, printed as it runs, so any one of them can be
 run alone.
 
-    python scripts/length_generalisation.py            the whole experiment (about 15 minutes on 2 cores)
+    python scripts/length_generalisation.py            the whole experiment (84 task and 6 text runs; not yet timed)
     python scripts/length_generalisation.py --quick    every kind of cell at a few steps (a smoke test)
     python scripts/length_generalisation.py --only reverse,text    some parts (tasks, or text)
     python scripts/length_generalisation.py --again    the tables and figures again from saved results
 
 1. Tasks: copy, reverse and sort at 1-6 letters, add at 1-3 digits per number (configs/lengths/),
-   trained with each of positions = learned, none, rope, alibi (the same model and steps; learned
-   with a table for the longest test example, of which training reads the first rows only), then
-   exact match at every length up to twice the longest trained (`minigpt eval --task-length 1-2L`,
-   read past the trained length with --extrapolate where the scheme has no table).
+   every prompt starting with the constant text ">" (`[train] task_start`, as the paper's prompts
+   start with fixed text), trained with each of the paper's five schemes, positions = none, t5,
+   alibi, rope (at the paper's quarter of each head, rope_fraction = 0.25, and whole) and
+   sinusoidal, and minigpt's learned table (with a row for the longest test example, of which
+   training reads the first rows only), SEEDS seeds each (the same model and steps), then exact
+   match at every length up to twice the longest trained (`minigpt eval --task-length 1-2L`, read
+   past the trained length with --extrapolate where the scheme has no learned table); each
+   scheme's mean over L+1..2L with its spread over the seeds, and the mean reciprocal rank of each
+   scheme over the tasks (the paper's headline).
 2. Text: Tiny Shakespeare at a context of 64 with each scheme, then the loss at each position of
    256-token windows (`minigpt eval --by-position --length 256`): rope without scaling, with
    --rope-scaling linear:4 and yarn:4, none and alibi with --extrapolate; learned at 64 (its table).
@@ -45,7 +50,18 @@ sys.path.insert(0, str(ROOT))
 
 from minigpt.text.tasks import Task  # noqa: E402  (the example lengths, as the runs compute them)
 
-SCHEMES = ("learned", "none", "rope", "alibi")
+# The paper's five schemes (rotary at its 25% of each head and whole), and minigpt's learned table.
+SCHEMES = {
+    "none": ["--set", "model.positions=none"],
+    "t5": ["--set", "model.positions=t5"],
+    "alibi": ["--set", "model.positions=alibi"],
+    "rope 25%": ["--set", "model.positions=rope", "--set", "model.rope_fraction=0.25"],
+    "rope": ["--set", "model.positions=rope"],
+    "sinusoidal": ["--set", "model.positions=sinusoidal"],
+    "learned": ["--set", "model.positions=learned"],
+}
+SEEDS = 3
+START = ">"  # every task prompt's constant start
 LONGEST_TRAINED = {"copy": 6, "reverse": 6, "sort": 6, "add": 3}  # L: each task trains at 1..L
 CONFIGS = ROOT / "configs" / "lengths"
 TEXT_CONTEXT, TEXT_LENGTH, TEXT_WINDOWS = 64, 256, 400
@@ -57,8 +73,10 @@ TEXT_READINGS = (
     ("rope yarn:4", "rope", ["--length", str(TEXT_LENGTH), "--rope-scaling", "yarn:4"]),
     ("none", "none", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
     ("alibi", "alibi", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
+    ("t5", "t5", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
+    ("sinusoidal", "sinusoidal", ["--length", str(TEXT_LENGTH), "--extrapolate"]),
 )
-QUICK = ["--steps", "20"]  # --quick: every run this short
+QUICK = ["--steps", "20"]  # --quick: every run this short, one seed
 QUICK_TASK = ["--set", "train.task_held_out=100"]  # and evaluated on fewer examples
 QUICK_WINDOWS = 8
 PRINTING = threading.Lock()
@@ -116,13 +134,14 @@ def evaluated(run: Path, saved: Path, args: list[str]) -> tuple[dict, float]:
 # ---------------------------------------------------------------- 1. tasks
 
 
-def task_cell(out: Path, task: str, scheme: str, extra: list[str]) -> dict:
-    """One task with one position scheme: trained at 1..L, read at 1..2L."""
+def task_cell(out: Path, task: str, scheme: str, seed: int, extra: list[str]) -> dict:
+    """One task with one position scheme and seed: trained at 1..L, read at 1..2L."""
     longest = LONGEST_TRAINED[task]
-    settings = ["--set", f"model.positions={scheme}"]
-    if scheme == "learned":  # a row for every position of the longest test example
-        settings += ["--set", f"model.context={Task(task, 2 * longest).window}"]
-    run, config = out / f"{task}-{scheme}", CONFIGS / f"{task}.toml"
+    start = ["--set", f'train.task_start="{START}"', "--set", f"train.seed={1337 + seed}"]
+    # the longest training example (the learned table: the longest read), its constant start included
+    context = Task(task, 2 * longest if scheme == "learned" else longest, START).window
+    settings = [*SCHEMES[scheme], *start, "--set", f"model.context={context}"]
+    run, config = out / f"{task}-{scheme.replace(' ', '').replace('%', '')}-seed{seed}", CONFIGS / f"{task}.toml"
     saved = run / "task-lengths.json"
     seconds = trained(run, config, settings + extra, [saved])
     reading = ["--task-length", f"1-{2 * longest}"] + ([] if scheme == "learned" else ["--extrapolate"])
@@ -130,6 +149,7 @@ def task_cell(out: Path, task: str, scheme: str, extra: list[str]) -> dict:
     return {
         "task": task,
         "positions": scheme,
+        "seed": seed,
         "longest_trained": longest,
         "context": report["context"],
         "accuracy": {row["length"]: row["accuracy"] for row in report["lengths"]},
@@ -143,30 +163,73 @@ def task_cell(out: Path, task: str, scheme: str, extra: list[str]) -> dict:
     }
 
 
-def task_tables(cells: list[dict]) -> list[str]:
-    """Markdown: a summary row per task and scheme, then every length of each task."""
-    lines = [
-        "| task | positions | mean 1..L | at L | at L+1 | at L+2 | mean L+1..2L | at 2L |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+def by_scheme(cells: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """The cells of each (task, scheme), its seeds together."""
+    grouped: dict[tuple[str, str], list[dict]] = {}
     for c in cells:
-        acc, L = {int(k): v for k, v in c["accuracy"].items()}, c["longest_trained"]
-        inside = sum(acc[n] for n in range(1, L + 1)) / L
-        past = sum(acc[n] for n in range(L + 1, 2 * L + 1)) / L
+        grouped.setdefault((c["task"], c["positions"]), []).append(c)
+    return grouped
+
+
+def accuracy_of(cell: dict) -> dict[int, float]:
+    """A cell's exact match by length (its keys are texts once read back from results.json)."""
+    return {int(k): v for k, v in cell["accuracy"].items()}
+
+
+def past(cell: dict) -> float:
+    """A cell's mean exact match over the lengths past the trained ones, L+1..2L."""
+    acc, L = accuracy_of(cell), cell["longest_trained"]
+    return sum(acc[n] for n in range(L + 1, 2 * L + 1)) / L
+
+
+def reciprocal_ranks(cells: list[dict]) -> dict[str, float]:
+    """Each scheme's mean reciprocal rank over the tasks, ranked by its mean over L+1..2L (seeds
+    averaged; a tie shares the better rank), as the paper ranks its schemes."""
+    grouped = by_scheme(cells)
+    tasks = list(dict.fromkeys(t for t, _ in grouped))
+    schemes = list(dict.fromkeys(p for _, p in grouped))
+    ranks: dict[str, list[float]] = {p: [] for p in schemes}
+    for task in tasks:
+        means = {
+            p: sum(map(past, grouped[(task, p)])) / len(grouped[(task, p)]) for p in schemes if (task, p) in grouped
+        }
+        for p, m in means.items():
+            ranks[p].append(1 / (1 + sum(other > m for other in means.values())))
+    return {p: sum(r) / len(r) for p, r in ranks.items() if r}
+
+
+def task_tables(cells: list[dict]) -> list[str]:
+    """Markdown: a summary row per task and scheme (seeds averaged, the spread of their means past
+    L), the mean reciprocal rank of each scheme, then every length of each task."""
+    lines = [
+        "| task | positions | seeds | mean 1..L | at L+1 | mean L+1..2L | its range over the seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    grouped = by_scheme(cells)
+    for (task, scheme), runs in grouped.items():
+        L = runs[0]["longest_trained"]
+        acc = [accuracy_of(c) for c in runs]
+        inside = sum(sum(a[n] for n in range(1, L + 1)) / L for a in acc) / len(acc)
+        next_one = sum(a[L + 1] for a in acc) / len(acc)
+        pasts = [past(c) for c in runs]
         lines.append(
-            f"| {c['task']} (L = {L}) | {c['positions']} | {100 * inside:.1f}% | {100 * acc[L]:.1f}% | "
-            f"{100 * acc[L + 1]:.1f}% | {100 * acc[L + 2]:.1f}% | {100 * past:.1f}% | {100 * acc[2 * L]:.1f}% |"
+            f"| {task} (L = {L}) | {scheme} | {len(runs)} | {100 * inside:.1f}% | {100 * next_one:.1f}% | "
+            f"{100 * sum(pasts) / len(pasts):.1f}% | {100 * min(pasts):.1f}-{100 * max(pasts):.1f}% |"
         )
-    for task in dict.fromkeys(c["task"] for c in cells):
-        rows = [c for c in cells if c["task"] == task]
-        lengths = sorted(int(n) for n in rows[0]["accuracy"])
-        L = rows[0]["longest_trained"]
+    lines += ["", "Mean reciprocal rank over the tasks (by the mean over L+1..2L):", ""]
+    lines += ["| positions | MRR |", "|---|---|"]
+    lines += [f"| {p} | {r:.3f} |" for p, r in sorted(reciprocal_ranks(cells).items(), key=lambda item: -item[1])]
+    for task in dict.fromkeys(t for t, _ in grouped):
+        rows = {p: runs for (t, p), runs in grouped.items() if t == task}
+        first = next(iter(rows.values()))[0]
+        lengths, L = sorted(int(n) for n in first["accuracy"]), first["longest_trained"]
         head = [f"**{n}**" if n <= L else str(n) for n in lengths]
-        lines += ["", f"{task}, exact match (%) at each length (trained lengths in bold):", ""]
+        lines += ["", f"{task}, exact match (%) at each length, mean of the seeds (trained lengths in bold):", ""]
         lines += [f"| positions | {' | '.join(head)} |", "|---|" + "---|" * len(lengths)]
-        for c in rows:
-            acc = {int(k): v for k, v in c["accuracy"].items()}
-            lines.append(f"| {c['positions']} | " + " | ".join(f"{100 * acc[n]:.0f}" for n in lengths) + " |")
+        for scheme, runs in rows.items():
+            accs = [accuracy_of(c) for c in runs]
+            mean = {n: sum(a[n] for a in accs) / len(accs) for n in lengths}
+            lines.append(f"| {scheme} | " + " | ".join(f"{100 * mean[n]:.0f}" for n in lengths) + " |")
     return lines
 
 
@@ -182,9 +245,13 @@ def task_figure(cells: list[dict], path: Path) -> None:
         longest = LONGEST_TRAINED[task]
         axis.axvspan(0.5, longest + 0.5, color="0.92", lw=0)
         axis.text(longest / 2 + 0.5, 4, "trained", ha="center", color="0.45", fontsize=8)
-        for c in (c for c in cells if c["task"] == task):
-            acc = {int(k): v for k, v in c["accuracy"].items()}
-            axis.plot(sorted(acc), [100 * acc[n] for n in sorted(acc)], marker=".", label=c["positions"])
+        for (t, scheme), runs in by_scheme(cells).items():
+            if t != task:
+                continue
+            accs = [accuracy_of(c) for c in runs]
+            lengths = sorted(accs[0])
+            mean = [100 * sum(a[n] for a in accs) / len(accs) for n in lengths]
+            axis.plot(lengths, mean, marker=".", label=scheme, ls="--" if scheme == "learned" else "-")
         unit = "digits per number" if task == "add" else "letters"
         axis.set(title=task, xlabel=f"length ({unit})", xlim=(0.5, 2 * longest + 0.5), ylim=(-3, 103))
     axes[0][0].set_ylabel("exact match (%)")
@@ -323,18 +390,23 @@ def main() -> None:
             print(f"# Tiny Shakespeare: trained at {TEXT_CONTEXT} tokens, read at {TEXT_LENGTH}")
         with ThreadPoolExecutor(args.jobs) as pool:
             task_jobs = [
-                pool.submit(task_cell, out, task, scheme, extra + (QUICK_TASK if args.quick else []))
+                pool.submit(task_cell, out, task, scheme, seed, extra + (QUICK_TASK if args.quick else []))
                 for task in chosen
                 for scheme in SCHEMES
+                for seed in range(1 if args.quick else SEEDS)
             ]
-            text_jobs = [pool.submit(text_cell, out, s, extra, windows) for s in SCHEMES] if "text" in parts else []
+            text_schemes = dict.fromkeys(positions for _, positions, _ in TEXT_READINGS)
+            text_jobs = (
+                [pool.submit(text_cell, out, s, extra, windows) for s in text_schemes] if "text" in parts else []
+            )
             tasks = [c for c in tasks if c["task"] not in chosen] + [job.result() for job in task_jobs]
             if text_jobs:
                 names = [name for name, *_ in TEXT_READINGS]
                 text = sorted((c for job in text_jobs for c in job.result()), key=lambda c: names.index(c["reading"]))
 
     order = {t: i for i, t in enumerate(LONGEST_TRAINED)}
-    tasks.sort(key=lambda c: (order[c["task"]], SCHEMES.index(c["positions"])))
+    schemes = list(SCHEMES)
+    tasks.sort(key=lambda c: (order[c["task"]], schemes.index(c["positions"]), c.get("seed", 0)))
     wall = time.perf_counter() - began
     results = {
         "paper": "Kazemnejad et al. 2023, arXiv 2305.19466",

@@ -41,6 +41,7 @@ CASES = [
     (['train.init_from="runs/base"', 'train.optimizer="muon"'], "train.lora_rank", 0, 4),
     ([], "tokenizer.vocab_size", 1024, 100),
     ([], "train.min_lr", 0.0001, 1.0),
+    ([], "train.task_start", "", "S"),
 ]
 ROWS = [*MODEL_CHECKS, *CONFIG_CHECKS]
 
@@ -56,7 +57,7 @@ def load_refusal(sets: list[str], key: str, value) -> ConfigError:
 
 
 def test_the_table_has_one_case_per_row():
-    assert len(CASES) == len(ROWS) == 25
+    assert len(CASES) == len(ROWS) == 26
 
 
 @pytest.mark.parametrize(("row", "case"), list(zip(ROWS, CASES)), ids=[case[1] for case in CASES])

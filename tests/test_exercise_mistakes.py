@@ -212,6 +212,164 @@ BLOCK = [
     ("in place", "residual1 = x + self", "residual1 = x\n        residual1 += self", r"changes its input in place"),
 ]
 
+ROPE_RETURN = "return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v"
+ROPE_POSITIONS = "torch.arange(start, start + T, device=q.device, dtype=q.dtype)"
+ROPE = [
+    (
+        "starter",
+        STARTER,
+        "",
+        r"your apply_rope pairs coordinate 2i with 2i \+ 1 \(the RoFormer paper's interleaved layout\)",
+    ),
+    (
+        "theta^(-i/d)",
+        "torch.arange(0, d, 2,",
+        "torch.arange(0, d // 2,",
+        r"turns pair i at theta\^\(-i/d\), the step of 2",
+    ),
+    (
+        "d/2 for d",
+        "dtype=q.dtype) / d)",
+        "dtype=q.dtype) / (d // 2))",
+        r"at theta\^\(-2i/\(d/2\)\), d/2 where d belongs",
+    ),
+    ("the minus sign lost", "1.0 / theta **", "theta **", r"theta\^\(\+2i/d\), the exponent's minus sign lost"),
+    ("values turned", "* sin, v", "* sin, v * cos + rotate_half(v) * sin", r"your apply_rope turns the values too"),
+    (
+        "start ignored (KV cache)",
+        ROPE_POSITIONS,
+        "torch.arange(0, T, device=q.device, dtype=q.dtype)",
+        r"as if it were at 0",
+    ),
+    (
+        "turned the other way",
+        "torch.cat((-x2, x1)",
+        "torch.cat((x2, -x1)",
+        r"your apply_rope turns each pair the other way",
+    ),
+    (
+        "queries alone",
+        ROPE_RETURN,
+        "return q * cos + rotate_half(q) * sin, k, v",
+        r"turns the queries but not the keys",
+    ),
+    (
+        "half-split pairs, interleaved angles",
+        "torch.cat((angles, angles), dim=-1)",
+        "angles.repeat_interleave(2, dim=-1)",
+        r"pairs coordinates i and i \+ d/2 \(rotate_half\) but lays the angles out as the interleaved layout does",
+    ),
+    ("positions on the CPU", ROPE_POSITIONS, "torch.arange(start, start + T, dtype=q.dtype)", r"another device than"),
+    (
+        "in place",
+        ROPE_RETURN,
+        "turned = rotate_half(q) * sin\n    q.mul_(cos).add_(turned)\n    return q, k * cos + rotate_half(k) * sin, v",
+        r"your apply_rope changes q in place",
+    ),
+]
+
+ALIBI_MASK = 'bias.masked_fill(j > i, float("-inf"))'
+ALIBI = [
+    ("starter", STARTER, "", r"your alibi_slopes\(6\) takes the geometric sequence of 6 itself, 2\^\(-8/6\)"),
+    ("from 2^0", "(h + 1)", "h", r"your alibi_slopes\(8\) starts the sequence at 2\^0 = 1"),
+    ("ascending", "torch.tensor(slopes,", "torch.tensor(slopes[::-1],", r"alibi_slopes\(8\) lists the slopes from the"),
+    (
+        "the power of two above",
+        "slopes = _geometric(below) + _geometric(2 * below)[0::2][: n_head - below]",
+        "slopes = _geometric(2 ** math.ceil(math.log2(n_head)))[:n_head]",
+        r"your alibi_slopes\(6\) takes the first of the sequence of the power of two above",
+    ),
+    ("consecutive", "[0::2][: n_head - below]", "[: n_head - below]", r"alibi_slopes\(6\) takes the rest .* one after"),
+    ("+slope (i - j)", "bias = -slopes", "bias = slopes", r"your alibi_bias adds \+slope \(i - j\): the farther back"),
+    ("no mask", ALIBI_MASK, "bias", r"your alibi_bias leaves the keys after the query unmasked"),
+    (
+        "the earlier keys masked",
+        "masked_fill(j > i,",
+        "masked_fill(j < i,",
+        r"masks the keys before the query \(j < i\)",
+    ),
+    (
+        "its own key masked",
+        "masked_fill(j > i,",
+        "masked_fill(j >= i,",
+        r"your alibi_bias masks each query's own key too",
+    ),
+    (
+        "queries from 0 (KV cache)",
+        "torch.arange(S - T, S,",
+        "torch.arange(T,",
+        r"takes the T queries as positions 0 .. T - 1",
+    ),
+    (
+        "the transposed triangle",
+        f"(i - j).to(slopes.dtype)\n    return {ALIBI_MASK}",
+        '(j - i).to(slopes.dtype)\n    return bias.masked_fill(j < i, float("-inf"))',
+        r"your alibi_bias is the transposed triangle",
+    ),
+]
+
+GQA_SHARE = "k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)"
+GQA_CACHE = "        if cache is not None:\n            k, v = cache.extend(k, v)"
+GQA = [
+    (
+        "starter",
+        STARTER,
+        "",
+        r"your GroupedQueryAttention tiles the kv heads \(k\.repeat\(1, 2, 1, 1\)\): query head h",
+    ),
+    (
+        "repeat for repeat_interleave",
+        GQA_SHARE,
+        "k, v = k.repeat(1, H // K, 1, 1), v.repeat(1, H // K, 1, 1)",
+        r"tiles",
+    ),
+    (
+        "the cache holds the copies",
+        f"{GQA_CACHE}  # every position so far: [B, K, S, d]\n        {GQA_SHARE}",
+        f"        {GQA_SHARE}\n{GQA_CACHE}",
+        r"your GroupedQueryAttention's cache holds 4 key heads \(\[2, 4, 8, 4\]\): a copy of the kv heads",
+    ),
+    (
+        "the mask's offset",
+        ".triu(S - T + 1)",
+        ".triu(1)",
+        r"fed positions 3, 4 after a KV cache of 0, 1, 2, your Grouped",
+    ),
+    ("the cache not read", "k, v = cache.extend(k, v)", "cache.extend(k, v)", r"fed positions 3, 4 after a KV cache"),
+    ("qkv in thirds", "split((H * d, K * d, K * d), dim=-1)", "split(C, dim=-1)", r"raised ValueError: .*three parts"),
+    ("qkv as multi-head's", "(heads + 2 * kv_heads) * d", "3 * width", r"has the parameters qkv\.weight \[48, 16\]"),
+]
+
+DEPTH_MIX = "alpha = torch.softmax(keys @ self.query, dim=0)  # [S, B, T]"
+DEPTH_KEYS = "keys = sources * torch.rsqrt(sources.pow(2).mean(dim=-1, keepdim=True) + self.eps)"
+ATTENTION_RESIDUAL = [
+    ("starter", STARTER, "", r"your DepthAttention scores each source by w \. v_i, the key norm left out"),
+    ("softmax over the positions", DEPTH_MIX, DEPTH_MIX.replace("dim=0", "dim=-1"), r"runs over the positions"),
+    ("softmax over the examples", DEPTH_MIX, DEPTH_MIX.replace("dim=0", "dim=1"), r"softmax runs over the examples"),
+    (
+        "the norm on the output",
+        f"{DEPTH_MIX}\n        return (alpha.unsqueeze(-1) * sources).sum(dim=0)",
+        "alpha = torch.softmax(sources @ self.query, dim=0)\n        h = (alpha.unsqueeze(-1) * sources).sum(dim=0)\n"
+        "        return h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + self.eps)",
+        r"your DepthAttention applies the RMSNorm to its output h instead of to each source's key",
+    ),
+    (
+        "a gain on the key norm",
+        "self.query = nn.Parameter(torch.zeros(width))",
+        "self.query = nn.Parameter(torch.zeros(width))\n        self.gain = nn.Parameter(torch.ones(width))",
+        r"has the parameters query \[8\], gain \[8\]; .*the key norm has no gain",
+    ),
+    ("a random query", "torch.zeros(width)", "torch.randn(width)", r"starts self\.query at \[.*\]: start it at zeros"),
+    ("the keys mixed", "* sources).sum(dim=0)", "* keys).sum(dim=0)", r"mixes the normed keys, not the sources"),
+    (
+        "LayerNorm keys",
+        DEPTH_KEYS,
+        "keys = torch.nn.functional.layer_norm(sources, sources.shape[-1:], eps=self.eps)",
+        r"your DepthAttention's key norm subtracts each key's mean \(a LayerNorm\)",
+    ),
+    ("scaled as attention", "keys @ self.query,", "keys @ self.query / 8**0.5,", r"divides the scores by sqrt\(C\)"),
+]
+
 TABLES = {
     "rmsnorm": RMSNORM,
     "layernorm": LAYERNORM,
@@ -219,6 +377,10 @@ TABLES = {
     "swiglu": SWIGLU,
     "attention": ATTENTION,
     "block": BLOCK,
+    "rope": ROPE,
+    "alibi": ALIBI,
+    "gqa": GQA,
+    "attention_residual": ATTENTION_RESIDUAL,
 }
 CASES = [(name, *case) for name, table in TABLES.items() for case in table]
 

@@ -262,3 +262,24 @@ def test_eval_of_another_task_or_of_a_text_run_is_refused(cli, tmp_path):
     assert cli("train", "-c", task_config(tmp_path, steps=2), "--out", run, "--quiet").exit_code == 0
     line = error_line(cli("eval", "--run", run, "--task", "sort"))
     assert "is trained on task reverse, so it has no held-out examples of sort" in line
+
+
+def test_a_constant_start_begins_every_prompt_and_is_read_at_every_length(cli, tmp_path):
+    task = Task("reverse", 3, ">>")
+    assert task.example("abc") == (">>abc=", "cba.")
+    assert task.prompt_length == 6 and task.window == 6 + 4 - 1 and ">" in task.characters
+    assert Task("reverse", 3).example("abc") == ("abc=", "cba.")  # none: the format every run had
+    run = tmp_path / "run"
+    trained = cli(
+        "train", "-c", task_config(tmp_path, steps=10), "--out", run, "--quiet", "--set", 'train.task_start=">>"'
+    )
+    assert trained.exit_code == 0, trained.output
+    loaded = minigpt.load(run)
+    assert loaded.first_held_out_prompt.startswith(">>")
+    examples = task_examples(loaded.cfg, loaded.tokenizer)
+    assert all(loaded.tokenizer.decode(prompt).startswith(">>") for prompt, _ in examples.held_out)
+    plain = task_examples(load_config(task_config(tmp_path)))
+    assert examples.sha256 != plain.sha256  # the data a run read is named with its start
+    by_length = cli("eval", "--run", run, "--task-length", "2-3", "--json")
+    assert by_length.exit_code == 0, by_length.output
+    assert [row["length"] for row in json.loads(by_length.stdout)["lengths"]] == [2, 3]

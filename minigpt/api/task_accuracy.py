@@ -110,9 +110,10 @@ class TaskAccuracy:
         lengths = lengths_of(task_length)
         name, trained, window = self.cfg.train.task, trained_lengths(self.cfg.train), self.model.window
         if window is not None:  # refused before anything is computed, naming the longest length that fits
-            fits = [n for n in range(1, lengths[-1]) if Task(name, n).window <= window]
+            start = self.cfg.train.task_start
+            fits = [n for n in range(1, lengths[-1]) if Task(name, n, start).window <= window]
             self.model.check_length(
-                Task(name, lengths[-1]).window,
+                Task(name, lengths[-1], start).window,
                 f"an example of task {name} at length {lengths[-1]} (prompt and answer, less the last token)",
                 f"lengths up to {fits[-1]}" if fits else "",
             )

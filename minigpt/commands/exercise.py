@@ -49,8 +49,14 @@ def _dir_words(folder: Path) -> list[str]:
     return [] if Path(folder) == DEFAULT_DIR else ["--dir", str(folder)]
 
 
+# A name up to this long shares its line with what follows; a longer one has a line of its own, the
+# text under it (as argparse lays out a long option's help), so one long name does not push every
+# line of the list to the right.
+NAME_COLUMN = 9
+
+
 def _list(o: ExerciseListOptions) -> None:
-    width = max(len(name) for name in EXERCISES)
+    width = NAME_COLUMN
     lines = [
         f"exercises in {o.dir}/ (start one with: "
         f"{command_line('minigpt', 'exercise', 'start', 'NAME', *_dir_words(o.dir))}; "
@@ -58,7 +64,11 @@ def _list(o: ExerciseListOptions) -> None:
     ]
     for name, exercise in EXERCISES.items():
         yours = status(name, o.dir)
-        lines.append(f"  {name:<{width}}  {exercise.source}: {exercise.title}")
+        shown = name
+        if len(name) > width:
+            lines.append(f"  {name}")
+            shown = ""
+        lines.append(f"  {shown:<{width}}  {exercise.source}: {exercise.title}")
         lines.append(
             f"  {'':<{width}}  yours: {yours}" + (f", {shown_path(yours.path)}" if yours.word == "started" else "")
         )

@@ -22,6 +22,7 @@ from .fields import spec, toml_value
 from .keys import checked_override, parse_override
 from .loading import load_config, model_config_from, read_config, resolved, updated
 from .model import (
+    EXERCISE_DEFAULTS,
     EXERCISE_MODEL,
     EXERCISES_WITH_FFN,
     LATER_MODEL_KEYS,
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "DEFAULT_CORPUS",
     "EXERCISES_WITH_FFN",
+    "EXERCISE_DEFAULTS",
     "EXERCISE_MODEL",
     "LATER_MODEL_KEYS",
     "LATER_TRAIN_KEYS",

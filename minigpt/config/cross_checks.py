@@ -104,17 +104,18 @@ MODEL_CHECKS: tuple[CrossCheck, ...] = (
         exercise=lambda m: m.exercise,
     ),
     CrossCheck(
-        '[model] exercise = "attention" with qkv_bias = {qkv} and out_bias = {out} (bias = false) is refused: the '
+        '[model] exercise = "{exercise}" with qkv_bias = {qkv} and out_bias = {out} (bias = false) is refused: the '
         "exercise's attention takes one bias switch for W_Q, W_K, W_V and W_O together; set qkv_bias and out_bias "
         "alike with it",
-        lambda m: m.exercise == "attention" and m.biased("qkv") != m.biased("out"),
+        lambda m: m.exercise in ("attention", "gqa") and m.biased("qkv") != m.biased("out"),
+        exercise=lambda m: m.exercise,
         qkv=lambda m: str(m.qkv_bias).lower(),
         out=lambda m: str(m.out_bias).lower(),
     ),
     CrossCheck(
         '[model] exercise = "{exercise}" with positions = "{positions}" is refused: the exercise\'s attention knows '
         'no {positions} positions (they live inside attention); use positions = "learned" or "none" with it',
-        lambda m: m.positions in ("rope", "alibi", "t5") and m.exercise in ("attention", "block"),
+        lambda m: m.positions in ("rope", "alibi", "t5") and m.exercise in ("attention", "block", "gqa"),
         exercise=lambda m: m.exercise,
         positions=lambda m: m.positions,
     ),
@@ -217,6 +218,12 @@ CONFIG_CHECKS: tuple[CrossCheck, ...] = (
         lambda c: c.train.min_lr > c.train.learning_rate,
         min_lr=lambda c: c.train.min_lr,
         learning_rate=lambda c: c.train.learning_rate,
+    ),
+    CrossCheck(
+        "[train] task_start = {given} is given without a task; it is the text every task prompt starts with, so "
+        "set [train] task with it, or leave it empty",
+        lambda c: c.train.task_start and c.train.task == "none",
+        given=lambda c: toml_value(c.train.task_start),
     ),
 )
 

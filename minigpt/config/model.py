@@ -22,8 +22,17 @@ EXERCISE_MODEL: dict[str, dict[str, Any]] = {
     "attention": {},
     "block": {"norm_position": "pre", "residual": True},
     "swiglu": {"activation": "swiglu"},
+    # the learner's rope turns whole heads by its own arithmetic, with no scaling rule
+    "rope": {"positions": "rope", "rope_fraction": 1.0, "rope_scaling": "", "rope_angles": "dtype"},
+    "alibi": {"positions": "alibi"},
+    "gqa": {"head_width": 0},  # its heads are n_embd / n_head wide; n_kv_head: EXERCISE_DEFAULTS
+    "attention_residual": {"residual": "attention"},
 }
 EXERCISES_WITH_FFN = ("ffn", "block", "swiglu")
+# Values an exercise sets where the config leaves the key out, and a config may choose otherwise, though
+# not as the key's own default, which would leave the exercise's part out of the model (gqa with
+# n_kv_head = 0 would share no key and value head).
+EXERCISE_DEFAULTS: dict[str, dict[str, Any]] = {"gqa": {"n_kv_head": 2}}
 
 
 class Residual(Enum):
@@ -156,7 +165,8 @@ class ModelConfig:
     exercise: str = spec(
         "none",
         "a learner's module in place of minigpt's (minigpt exercise): rmsnorm or layernorm at every norm, ffn "
-        "or swiglu as each FFN, attention as each attention, block as each block; none: minigpt's own",
+        "or swiglu as each FFN, attention or gqa as each attention, block as each block, rope or alibi as the "
+        "positions inside attention, attention_residual as each read over depth; none: minigpt's own",
         choices=("none", *EXERCISE_MODEL),
     )
 

@@ -21,6 +21,7 @@ LATER_TRAIN_KEYS = (
     "lora_dropout",
     "lora_targets",
     "exercise_file",
+    "task_start",
 )
 LORA_TARGETS = ("qkv", "out", "W1", "W2")
 
@@ -50,6 +51,11 @@ class TrainConfig:
         "",
         'mixed lengths: "A-B" trains on every task_length from A to B, each example\'s drawn uniformly, '
         "task_held_out of each length held out; empty: task_length alone",
+    )
+    task_start: str = spec(
+        "",
+        "a constant text every task prompt starts with (Kazemnejad et al. 2023's prompts start with fixed text, "
+        'and their argument for positions = none needs a constant first token), e.g. ">"; empty: none',
     )
     task_held_out: int = spec(1000, "task examples held out for evaluation, never drawn for training", minimum=1)
     init_from: str = spec(

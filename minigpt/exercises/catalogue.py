@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import EXERCISE_MODEL
+from ..config import EXERCISE_DEFAULTS, EXERCISE_MODEL
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,8 @@ class Exercise:
 
     @property
     def model(self) -> dict[str, Any]:
-        """The [model] values its module needs."""
-        return EXERCISE_MODEL[self.name]
+        """The [model] values its module needs (EXERCISE_DEFAULTS' as set where a config leaves them out)."""
+        return {**EXERCISE_MODEL[self.name], **EXERCISE_DEFAULTS.get(self.name, {})}
 
 
 EXERCISES: dict[str, Exercise] = {
@@ -60,6 +60,35 @@ EXERCISES: dict[str, Exercise] = {
             "every block is your Block, wiring minigpt's norms, attention and FFN",
         ),
         Exercise("swiglu", "the SwiGLU MLP", "lesson 09 (SwiGLU)", ("SwiGLU",), "each block's FFN is your SwiGLU"),
+        Exercise(
+            "rope",
+            "rotary positions in Llama's half-split layout",
+            "Su et al. 2021, RoFormer",
+            ("apply_rope",),
+            "every attention turns its queries and keys with your apply_rope",
+        ),
+        Exercise(
+            "alibi",
+            "ALiBi's slopes and bias",
+            "Press et al. 2022, ALiBi",
+            ("alibi_slopes", "alibi_bias"),
+            "every attention adds your alibi_bias to its scores, with your alibi_slopes",
+        ),
+        Exercise(
+            "gqa",
+            "grouped-query attention",
+            "Ainslie et al. 2023, GQA",
+            ("GroupedQueryAttention",),
+            "each block's attention is your GroupedQueryAttention, n_kv_head key and value heads shared by groups "
+            "of query heads",
+        ),
+        Exercise(
+            "attention_residual",
+            "the softmax over depth",
+            "Kimi Team 2026, Attention Residuals",
+            ("DepthAttention",),
+            "each sublayer's read over depth, and the final norm's, is your DepthAttention",
+        ),
     )
 }
 assert list(EXERCISES) == list(EXERCISE_MODEL), "config.EXERCISE_MODEL and the catalogue name the same exercises"

@@ -56,7 +56,7 @@ from .depth import Depth, DepthAttention
 from .init import initialise
 from .layers import CausalSelfAttention, FeedForward, make_norm
 from .layers import residual as residual_add
-from .positions import Alibi, RelativeBias, Rotary, ScoreBias, Sinusoids
+from .positions import Alibi, RelativeBias, Rotary, Rotation, ScoreBias, Sinusoids
 from .reading import ContextTooLongError as ContextTooLongError  # where callers have always found it
 from .reading import Reading
 from .reading import check_context as check_context
@@ -100,21 +100,32 @@ class Parts:
     """Modules the model builds in place of its own: a learner's (`minigpt exercise`, whose plug.py
     makes these). Each is a function of the [model] section returning the module, called where minigpt
     would build its own, so its parameters are named where minigpt's are (blocks.0.norm1.weight).
-    `block` replaces a whole Block (called as Block.forward is). `source`: where they came from, which
-    the checkpoints record."""
+    `block` replaces a whole Block (called as Block.forward is); `rope` minigpt's Rotary (a Rotation,
+    which attention hands the heads), `alibi` its Alibi (a ScoreBias), `depth` each DepthAttention
+    (called as DepthAttention.forward is). `source`: where they came from, which the checkpoints record."""
 
     norm: Callable[[ModelConfig], nn.Module] | None = None
     attention: Callable[[ModelConfig], nn.Module] | None = None
     ffn: Callable[[ModelConfig], nn.Module] | None = None
     block: Callable[[ModelConfig], nn.Module] | None = None
+    rope: Callable[[ModelConfig], Rotation] | None = None
+    alibi: Callable[[ModelConfig], ScoreBias] | None = None
+    depth: Callable[[ModelConfig], nn.Module] | None = None
     source: dict[str, Any] = field(default_factory=dict)
 
 
 OWN_PARTS = Parts()
 
 
+def _depth_attention(cfg: ModelConfig, parts: Parts) -> nn.Module:
+    """One layer's read over depth (Attention Residuals): minigpt's, or what `parts` builds in its place."""
+    return parts.depth(cfg) if parts.depth else DepthAttention(cfg.n_embd)
+
+
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, parts: Parts = OWN_PARTS, positions: Rotary | ScoreBias | None = None):
+    def __init__(
+        self, cfg: ModelConfig, parts: Parts = OWN_PARTS, positions: Rotary | Rotation | ScoreBias | None = None
+    ):
         """`positions`: the model's rope or ALiBi tables as its default reading reads them, which its
         attention holds (positions.py)."""
         super().__init__()
@@ -123,12 +134,12 @@ class Block(nn.Module):
         # Attention Residuals: each sublayer reads a mix (depth.py)
         self.over_depth = cfg.residual_kind is Residual.ATTENTION
         if self.over_depth:
-            self.depth1 = DepthAttention(cfg.n_embd)  # attention's pseudo-query
+            self.depth1 = _depth_attention(cfg, parts)  # attention's pseudo-query
         self.norm1 = make_norm(cfg, substitute=parts.norm)
         self.attention = parts.attention(cfg) if parts.attention else CausalSelfAttention(cfg, positions)
         if cfg.ffn_hidden > 0:  # ffn_hidden = 0: attention only, no norm2 and no ffn module at all
             if self.over_depth:
-                self.depth2 = DepthAttention(cfg.n_embd)  # the FFN's
+                self.depth2 = _depth_attention(cfg, parts)  # the FFN's
             self.norm2 = make_norm(cfg, substitute=parts.norm)
             self.ffn = parts.ffn(cfg) if parts.ffn else FeedForward(cfg)
 
@@ -204,6 +215,7 @@ class MiniGPT(nn.Module):
         if (cfg.exercise != "none") != (parts is not None):
             raise ValueError(f"[model] exercise = {cfg.exercise!r} goes with a learner's Parts, and only it does")
         self.parts = parts
+        parts = parts or OWN_PARTS
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.context = cfg.context
@@ -216,15 +228,14 @@ class MiniGPT(nn.Module):
         # table of biases [buckets, H], one for every block; sinusoidal: fixed rows added to the input
         self._score_bias: ScoreBias | None = None
         if cfg.positions == "alibi":
-            self._score_bias = Alibi(cfg.n_head, cfg.context)
+            self._score_bias = parts.alibi(cfg) if parts.alibi else Alibi(cfg.n_head, cfg.context)
         if cfg.positions == "t5":
             self.relative_bias = nn.Embedding(cfg.t5_buckets, cfg.n_head)  # b: [buckets, H]
             self._score_bias = RelativeBias(self.relative_bias, cfg.t5_max_distance, cfg.context)
         self._sinusoids = Sinusoids(cfg.n_embd, cfg.context) if cfg.positions == "sinusoidal" else None
-        self._rotaries: dict[RopeScaling | None, Rotary] = {}
+        self._rotaries: dict[RopeScaling | None, Rotary | Rotation] = {}
         # how the model is read where a pass is not handed a reading: as trained, its own rule applied
         self.reading = Reading.of(cfg)  # refuses an own rule it cannot compute, naming the key
-        parts = parts or OWN_PARTS
         self.blocks = nn.ModuleList(
             parts.block(cfg) if parts.block else Block(cfg, parts, self.positions_for(self.reading))
             for _ in range(cfg.n_layer)
@@ -233,7 +244,7 @@ class MiniGPT(nn.Module):
         # the backward pass (torch.utils.checkpoint), trading arithmetic for activation memory.
         self.recompute = False
         if cfg.residual_kind is Residual.ATTENTION:  # the final norm reads a mix over depth too, with its own query
-            self.final_depth = DepthAttention(cfg.n_embd)
+            self.final_depth = _depth_attention(cfg, parts)
             self.layers = cfg.layers  # every attention and FFN
             self.per_block = cfg.layers_per_residual_block  # outputs summed per block
         self.final_norm = make_norm(cfg, substitute=parts.norm)
@@ -268,13 +279,16 @@ class MiniGPT(nn.Module):
         if made != (mine.positions, mine.trained_length, mine.own_rule, mine.sliding_window):
             raise ValueError(f"{reading} reads another model than this one ({mine})")
 
-    def positions_for(self, reading: Reading) -> Rotary | ScoreBias | None:
+    def positions_for(self, reading: Reading) -> Rotary | Rotation | ScoreBias | None:
         """The position tables a pass read as `reading` uses inside attention: rope's for its rule
-        (one Rotary per rule, made once and never changed: two readings never share tables),
-        ALiBi's or T5's biases (the same for every reading), or None (learned, sinusoidal, none)."""
+        (one Rotary per rule, made once and never changed: two readings never share tables; a
+        learner's rope, which Reading lets no rule reach), ALiBi's or T5's biases (the same for every
+        reading), or None (learned, sinusoidal, none)."""
         if self.cfg.positions != "rope":
             return self._score_bias
         rotary = self._rotaries.get(reading.rule)
+        if rotary is None and self.parts is not None and self.parts.rope:
+            rotary = self._rotaries[reading.rule] = self.parts.rope(self.cfg)
         if rotary is None:
             cfg = self.cfg
             rotary = Rotary(
@@ -290,7 +304,7 @@ class MiniGPT(nn.Module):
 
     # What the default reading answers, asked of the model (sampling, trace, eval, the explore page).
     @property
-    def positions(self) -> Rotary | ScoreBias | None:
+    def positions(self) -> Rotary | Rotation | ScoreBias | None:
         return self.positions_for(self.reading)
 
     @property

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from . import stages
 from .cache import LayerCache
-from .positions import Rotary, ScoreBias
+from .positions import Rotary, Rotation, ScoreBias
 from .recorder import Recorder
 
 
@@ -99,10 +99,10 @@ class CausalSelfAttention(nn.Module):
     With grouped-query attention (`n_kv_head` < `n_head`) query head h reads key and value head
     h // (n_head / n_kv_head): a group of adjacent query heads shares one, as transformers' Llama does."""
 
-    def __init__(self, cfg: ModelConfig, positions: Rotary | ScoreBias | None = None):
-        """`positions`: the model's rope tables or ALiBi's or T5's biases (positions.py) as its
-        default reading reads them, shared by every block; None for positions added to the stream
-        before block 0 (learned, sinusoidal) or none."""
+    def __init__(self, cfg: ModelConfig, positions: Rotary | Rotation | ScoreBias | None = None):
+        """`positions`: the model's rope tables (or a learner's rope, a Rotation) or ALiBi's or T5's
+        biases (positions.py) as its default reading reads them, shared by every block; None for
+        positions added to the stream before block 0 (learned, sinusoidal) or none."""
         super().__init__()
         self.positions = positions
         self.n_head, self.n_kv_head = cfg.n_head, cfg.kv_heads
@@ -142,9 +142,11 @@ class CausalSelfAttention(nn.Module):
             qk, v = qkv.view(B, T, H + 2 * K, d).split((H + K, K), dim=2)
             q, k = rotary.rotate(qk, past).transpose(1, 2).split((H, K), dim=1)
             v = v.transpose(1, 2)
-            if recorder is not None:
-                q = recorder.record(stages.ROTATED_QUERY, q)  # [B, H, T, d]
-                k = recorder.record(stages.ROTATED_KEY, k)  # [B, K, T, d]
+        if isinstance(positions, Rotation):  # rope by a learner's code (exercise rope), on the heads as split
+            q, k, v = positions.turn(q, k, v, past)
+        if recorder is not None and isinstance(positions, (Rotary, Rotation)):
+            q = recorder.record(stages.ROTATED_QUERY, q)  # [B, H, T, d]
+            k = recorder.record(stages.ROTATED_KEY, k)  # [B, K, T, d]
         if cache is not None:
             k, v = cache.extend(k, v)  # [B, K, S, d]: the cached keys and values, then these T
         S = k.shape[2]  # keys visible in total: the cached ones plus these T

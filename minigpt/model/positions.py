@@ -58,7 +58,8 @@ from ..rope_scaling import SCALING_KINDS, RopeScaling, parse_rope_scaling, spell
 # the rules as text live in rope_scaling.py (no torch: config.py reads them); named here too, where
 # the models and the importers have always found them
 __all__ = ["SCALING_KINDS", "RopeScaling", "parse_rope_scaling", "spelled"]
-__all__ += ["inverse_frequencies", "Rotary", "ScoreBias", "Alibi", "alibi_slopes", "RelativeBias", "Sinusoids"]
+__all__ += ["inverse_frequencies", "Rotary", "Rotation", "ScoreBias", "Alibi", "alibi_slopes", "RelativeBias"]
+__all__ += ["Sinusoids"]
 
 
 def inverse_frequencies(
@@ -244,6 +245,16 @@ class _Rotation(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         cos, signed = ctx.saved_tensors
         return torch.addcmul(grad * cos, grad.roll(grad.shape[-1] // 2, -1), signed, value=-1), None, None
+
+
+class Rotation:
+    """Rotary positions that other code than Rotary computes (a learner's, `minigpt exercise rope`:
+    exercises/plug.py), handed the heads as attention has split them: `turn(q, k, v, start)` returns
+    q [B, H, T, d], k and v [B, K, T, d] of positions start .. start + T - 1, the queries and keys
+    turned. Attention records what it returns as it records Rotary's, and reads on from there."""
+
+    def turn(self, q: Tensor, k: Tensor, v: Tensor, start: int) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError
 
 
 def alibi_slopes(n_head: int) -> list[float]:

@@ -73,6 +73,15 @@ class Reading:
                 given=str(rope_scaling),
                 positions=cfg.positions,
             )
+        if rope_scaling is not None and cfg.exercise == "rope":
+            raise MinigptError(
+                "{rope_scaling} {given} is refused for this model: its rope is a learner's (exercise rope), which "
+                "turns each position by its own arithmetic and has no scaling rule to stretch; read it without "
+                "{rope_scaling}, or pass {extrapolate:on} to read past its trained length ({context} tokens) on "
+                "purpose",
+                given=str(rope_scaling),
+                context=cfg.context,
+            )
         if rope_scaling is not None and own is not None:
             raise MinigptError(
                 "{rope_scaling} {given} is refused for this model: it has a rope scaling rule of its own, {own} "

@@ -3,6 +3,10 @@
     reverse   qwertyui=  ->  iuytrewq.       sort   qwertyui=  ->  eiqrtuwy.
     copy      qwertyui=  ->  qwertyui.       add    042+919=   ->  0961.
 
+With `[train] task_start` every prompt starts with that constant text (">qwertyui="): the papers'
+prompts do, and a model without positions (positions = "none") can count from a constant first
+token.
+
 The inputs are drawn uniformly (letters a-z, or digits of zero-padded numbers), so every example of
 a task at one length has the same shape and the answer always starts at the same position; the
 final "." marks the end, so a sample knows where the answer stops. Examples are drawn from torch
@@ -47,6 +51,7 @@ class Task:
 
     name: str
     length: int
+    start: str = ""  # [train] task_start: the constant text every prompt starts with
 
     @property
     def symbols(self) -> str:
@@ -61,11 +66,12 @@ class Task:
     @property
     def characters(self) -> str:
         """Every character an example can hold: the character tokenizer's vocabulary."""
-        return self.symbols + ("+=." if self.name == "add" else "=.")
+        own = self.symbols + ("+=." if self.name == "add" else "=.")
+        return own + "".join(sorted(set(self.start) - set(own)))
 
     @property
     def prompt_length(self) -> int:
-        return self.drawn + (2 if self.name == "add" else 1)
+        return len(self.start) + self.drawn + (2 if self.name == "add" else 1)
 
     @property
     def completion_length(self) -> int:
@@ -73,7 +79,8 @@ class Task:
 
     def example(self, drawn: str) -> tuple[str, str]:
         """(prompt, completion) of the example whose drawn symbols are `drawn`."""
-        return _FORMATS[self.name](drawn, self.length)
+        prompt, completion = _FORMATS[self.name](drawn, self.length)
+        return self.start + prompt, completion
 
     @property
     def window(self) -> int:
@@ -141,9 +148,9 @@ _FORMATS: dict[str, Callable[[str, int], tuple[str, str]]] = {
 DEFAULT_LENGTH = {"reverse": 8, "sort": 8, "copy": 8, "add": 3}
 
 
-def task_of(name: str, length: int) -> Task:
-    """The [train] task and task_length (0: the task's default size)."""
-    return Task(name, length or DEFAULT_LENGTH[name])
+def task_of(name: str, length: int, start: str = "") -> Task:
+    """The [train] task and task_length (0: the task's default size), prompts starting with `start`."""
+    return Task(name, length or DEFAULT_LENGTH[name], start)
 
 
 def trained_lengths(tc: TrainConfig) -> range:
@@ -171,7 +178,7 @@ def held_out_at(cfg: Config, tokenizer: TextTokenizer, length: int) -> tuple[lis
     the task at that length in one line. At a length it trained on, the ones training held out; at
     another, the ones a run at that length would hold out: never seen either way."""
     tc = cfg.train
-    task = Task(tc.task, length)
+    task = Task(tc.task, length, tc.task_start)
     # A run at this one length held out task_held_out, which training checked is at most half.
     inputs = task.held_out(task.held_out_count(tc.task_held_out), tc.seed)
     return [_encoded(task, tokenizer, d) for d in inputs], task.describe(inputs[0])
@@ -190,7 +197,7 @@ def task_examples(cfg: Config, tokenizer: TextTokenizer | None = None, same_as=N
     tc, context = cfg.train, cfg.model.context
     lengths = trained_lengths(tc)
     mixed = bool(tc.task_lengths)
-    tasks = {length: Task(tc.task, length) for length in lengths}
+    tasks = {length: Task(tc.task, length, tc.task_start) for length in lengths}
     task = tasks[lengths[-1]]  # the longest: the one that must fit the context
     given = f'task_lengths = "{tc.task_lengths}"' if mixed else f"task_length = {task.length}"
     if task.window > context:
@@ -244,6 +251,8 @@ def task_examples(cfg: Config, tokenizer: TextTokenizer | None = None, same_as=N
     identity = {"task": task.name, "length": task.length, "held_out": tc.task_held_out, "seed": tc.seed}
     if mixed:  # a run at one length keeps the sha256 it always had
         identity["lengths"] = [lengths.start, lengths[-1]]
+    if tc.task_start:  # and a run without a constant start too
+        identity["start"] = tc.task_start
     sha = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
     name = f"task:{task.name}"
     if same_as is not None and same_as != [(name, sha)]:

@@ -19,16 +19,20 @@ from pathlib import Path
 import torch
 
 from ..learner import LearnerFile
-from . import attention, block, ffn, norms
+from . import alibi, attention, block, depth, ffn, gqa, norms, rope
 from .common import Group, Probe, Stop, Undecided
 
 SUITES: dict[str, Callable[[Probe], list[Group]]] = {
     "rmsnorm": norms.rmsnorm,
     "layernorm": norms.layernorm,
     "ffn": ffn.ffn,
-    "swiglu": ffn.swiglu,
     "attention": attention.attention,
     "block": block.block,
+    "swiglu": ffn.swiglu,
+    "rope": rope.rope,
+    "alibi": alibi.alibi,
+    "gqa": gqa.gqa,
+    "attention_residual": depth.attention_residual,
 }
 
 

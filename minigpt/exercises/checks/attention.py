@@ -17,6 +17,7 @@ of a batch stay apart.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -32,14 +33,12 @@ from .common import (
     agrees_check,
     apart,
     close,
-    device_check,
-    gradient_check,
     linear_calls,
+    module_checks,
     number,
     parameters_check,
     randn,
     shape,
-    unchanged_input_check,
 )
 from .norms import pair
 
@@ -77,7 +76,27 @@ def attended(
         q, k, v = (t.view(B, T, HEAD_WIDTH, HEADS).transpose(1, 2) for t in (q, k, v))
     else:  # view(B, H, T, d) straight from [B, T, C]: each "head" holds pieces of several positions
         q, k, v = (t.reshape(B, HEADS, T, HEAD_WIDTH) for t in (q, k, v))
-    divisor = {"head": math.sqrt(HEAD_WIDTH), "width": math.sqrt(C), "d": HEAD_WIDTH, "none": 1.0}[scale]
+    return mixed(q, k, v, theirs, HEAD_WIDTH, mask=mask, join=join, softmax_over=softmax_over, scale=scale, out=out)
+
+
+def mixed(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    theirs: nn.Module,
+    d: int,
+    *,
+    mask: str,
+    join: str,
+    softmax_over: str,
+    scale: str,
+    out: bool,
+) -> Tensor:
+    """Heads [B, heads, T, .] on to the output, with the choices a learner may have made: the scores
+    scaled (`d`: the model's head width), masked, softmaxed, mixing the values, joined, through W_O."""
+    B, _, T, _ = q.shape
+    C = q.shape[1] * q.shape[3]  # the joined width
+    divisor = {"head": math.sqrt(d), "width": math.sqrt(C), "d": d, "none": 1.0}[scale]
     scores = q @ k.transpose(-2, -1) / divisor
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     if mask in MASKS:
@@ -87,8 +106,8 @@ def attended(
     weights = torch.softmax(scores, dim=-1 if softmax_over == "keys" else -2)
     if mask == "after":  # the later keys' weights zeroed after the softmax: rows no longer sum to 1
         weights = weights.masked_fill(j > i, 0.0)
-    mixed = weights @ v  # [B, H, T, d]
-    joined = mixed.reshape(B, T, C) if join == "reshape" else mixed.transpose(1, 2).reshape(B, T, C)
+    heads = weights @ v  # [B, H, T, d]
+    joined = heads.reshape(B, T, C) if join == "reshape" else heads.transpose(1, 2).reshape(B, T, C)
     return theirs.out(joined) if out else joined
 
 
@@ -100,6 +119,63 @@ OPTIONS = {
     "scale": ["head", "width", "d", "none"],
     "out": [True, False],
 }
+
+
+def no_bias_check(shown: str, build: Callable[..., nn.Module]) -> Check:
+    """An attention built with bias=False (`shown`, in words) has W_Q, W_K, W_V and W_O without biases."""
+
+    def run() -> str | None:
+        got = list(build(False).state_dict())
+        if got != ["qkv.weight", "out.weight"]:
+            return f"{shown} has {', '.join(got)}: pass `bias` on to both Linear layers"
+        return None
+
+    return Check(f"{shown} builds without biases", run)
+
+
+def shapes_check(
+    name: str,
+    build: Callable[[], nn.Module],
+    forward: Callable[[nn.Module, Tensor], object],
+    rows: Callable[..., Tensor],
+) -> Check:
+    """An attention keeps [B, T, C] (`rows(T)`) and its dtype; another shape stops the rest of its checks."""
+
+    def run() -> str | None:
+        for positions in (1, 5):
+            for dtype in (torch.float32, torch.float64):
+                x = rows(positions).to(dtype)
+                out = forward(build().to(dtype), x)
+                if not isinstance(out, Tensor) or out.shape != x.shape:
+                    raise Stop(f"your {name} turns a {list(x.shape)} input into {shape(out)}; it must return [B, T, C]")
+                if out.dtype != dtype:
+                    return (
+                        f"your {name} turns a {str(dtype).removeprefix('torch.')} input into "
+                        f"{str(out.dtype).removeprefix('torch.')}"
+                    )
+        return None
+
+    return Check(f"{name} keeps [B, T, C] for T = 1 and T = 5, in float32 and float64", run)
+
+
+def calls_check(
+    name: str, build: Callable[[], nn.Module], forward: Callable[[nn.Module, Tensor], object], x: Tensor
+) -> Check:
+    """An attention calls its qkv and out once each, as modules: a trace records each head where it enters W_O."""
+
+    def run() -> str | None:
+        module = build()
+        count = linear_calls(module, ("qkv", "out"), lambda: forward(module, x))
+        for linear, what in (("qkv", "x"), ("out", "joined")):
+            if count[linear] != 1:
+                return (
+                    f"your {name} calls self.{linear} {count[linear]} times: call it once, as a module, "
+                    f"self.{linear}({what}) "
+                    "(a trace records each head where it enters W_O; a product with the weight skips that)"
+                )
+        return None
+
+    return Check(f"{name} calls self.qkv and self.out once each, as modules", run)
 
 
 def transpose_hint(exc: BaseException) -> str | None:
@@ -141,26 +217,6 @@ def attention(probe: Probe) -> list[Group]:
         if effect is None:
             return ""
         return f"changing position 3's input changed position {effect[0]}'s output by {number(effect[1])}; "
-
-    def no_bias() -> str | None:
-        got = [k for k in build(False).state_dict()]
-        if got != ["qkv.weight", "out.weight"]:
-            return f"{name}({WIDTH}, {HEADS}, bias=False) has {', '.join(got)}: pass `bias` on to both Linear layers"
-        return None
-
-    def shapes() -> str | None:
-        for positions in (1, 5):
-            for dtype in (torch.float32, torch.float64):
-                x = _rows(positions).to(dtype)
-                out = forward(build().to(dtype), x)
-                if not isinstance(out, Tensor) or out.shape != x.shape:
-                    raise Stop(f"your {name} turns a {list(x.shape)} input into {shape(out)}; it must return [B, T, C]")
-                if out.dtype != dtype:
-                    return (
-                        f"your {name} turns a {str(dtype).removeprefix('torch.')} input into "
-                        f"{str(out.dtype).removeprefix('torch.')}"
-                    )
-        return None
 
     def masked(choices: dict) -> str | None:
         kind = choices["mask"]
@@ -292,18 +348,6 @@ def attention(probe: Probe) -> list[Group]:
             return f"your {name} mixes the examples of a batch: changing example 1 changed example 0's output"
         return None
 
-    def calls() -> str | None:
-        module = build()
-        count = linear_calls(module, ("qkv", "out"), lambda: forward(module, _rows()))
-        for linear, what in (("qkv", "x"), ("out", "joined")):
-            if count[linear] != 1:
-                return (
-                    f"your {name} calls self.{linear} {count[linear]} times: call it once, as a module, "
-                    f"self.{linear}({what}) "
-                    "(a trace records each head where it enters W_O; a product with the weight skips that)"
-                )
-        return None
-
     checks = [
         parameters_check(
             build,
@@ -316,8 +360,8 @@ def attention(probe: Probe) -> list[Group]:
             },
             "qkv holds W_Q | W_K | W_V, out is W_O",
         ),
-        Check(f"{name}({WIDTH}, {HEADS}, bias=False) builds without biases", no_bias),
-        Check(f"{name} keeps [B, T, C] for T = 1 and T = 5, in float32 and float64", shapes),
+        no_bias_check(f"{name}({WIDTH}, {HEADS}, bias=False)", build),
+        shapes_check(name, build, forward, _rows),
         fitting.check("mask", f"{name} masks every key after its query, and no other, with -inf", masked),
         fitting.check("split", f"{name}'s head h reads coordinates h*d .. (h+1)*d - 1 of its own position", split),
         fitting.check("join", f"{name} transposes the heads back before joining them to [B, T, C]", join),
@@ -335,9 +379,7 @@ def attention(probe: Probe) -> list[Group]:
             lambda x, at: f"at position {at[1]} of example {at[0]}",
         ),
         Check(f"{name} keeps the examples of a batch apart", batch),
-        Check(f"{name} calls self.qkv and self.out once each, as modules", calls),
-        unchanged_input_check(probe, name, lambda x: build()(x), _rows()),
-        device_check(probe, name, build, _rows()),
-        gradient_check(probe, name, both, _rows(), ("qkv.weight", "qkv.bias", "out.weight", "out.bias")),
+        calls_check(name, build, forward, _rows()),
+        *module_checks(probe, name, build, both, _rows(), ("qkv.weight", "qkv.bias", "out.weight", "out.bias")),
     ]
     return [Group(name, checks)]

@@ -3,14 +3,14 @@ names the mistake in words when it does not), the learner's code called so that 
 one line, numbers written as a learner reads them, and the explanation of a wrong output by the
 known mistakes that reproduce it.
 
-A check compares the learner's module with minigpt's own (minigpt/model/layers.py) on the same
-weights; to say *which* mistake made a difference, `explain` recomputes the part with each known
-mistake (and each combination of them, fewest first) and keeps the combinations with the fewest
-mistakes that give what the learner's code gave. A `Fitting` holds that explanation for one probe:
-each of its facet checks names one choice (the statistic, the mask), shown on a row made to expose
-it ([2, 2, 2, 2], [1, -3, 5, -7]), and the facets run before the checks on hand-made inputs, so that
-the first failing line names the mistake. Two rows are never shown as the same numbers: `apart`
-gives them the digits that tell them apart.
+A check compares the learner's module with minigpt's own (minigpt/model/: layers.py, positions.py,
+depth.py) on the same weights; to say *which* mistake made a difference, `explain` recomputes the
+part with each known mistake (and each combination of them, fewest first) and keeps the
+combinations with the fewest mistakes that give what the learner's code gave. A `Fitting` holds
+that explanation for one probe: each of its facet checks names one choice (the statistic, the
+mask), shown on a row made to expose it ([2, 2, 2, 2], [1, -3, 5, -7]), and the facets run before
+the checks on hand-made inputs, so that the first failing line names the mistake. Two rows are
+never shown as the same numbers: `apart` gives them the digits that tell them apart.
 """
 
 from __future__ import annotations
@@ -85,7 +85,12 @@ class Probe:
         return module.double()
 
     def forward(self, name: str, module: nn.Module, *args: Any) -> Any:
-        return self.call(f"{name}.forward", module, *args)
+        """`module(*args)`, what it raises said of `name.forward`, or of `name` itself where the
+        learner's `name` is a function (rope's apply_rope, wrapped in a module to be checked)."""
+        defined = getattr(self.learner.module, name, None)
+        return self.call(
+            name if callable(defined) and not isinstance(defined, type) else f"{name}.forward", module, *args
+        )
 
 
 def _in_place_hint(exc: BaseException) -> str | None:
@@ -156,8 +161,10 @@ def against(got: Any, expected: Tensor, digits: int = 4) -> tuple[str, str, tupl
 
 def worst_row(got: Tensor, expected: Tensor) -> tuple[int, ...]:
     """The index (every axis but the last) of the row where `got` differs most from `expected`; nan
-    where the other is a number counts as the largest difference."""
-    gap = (got.detach().double() - expected.detach().double()).abs().nan_to_num(nan=math.inf)
+    where the other is a number counts as the largest difference, an infinity where the other is the
+    same infinity as none (a mask's -inf)."""
+    got, expected = got.detach().double(), expected.detach().double()
+    gap = (got - expected).abs().masked_fill(got == expected, 0.0).nan_to_num(nan=math.inf)
     flat = int(gap.reshape(-1).argmax())
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), gap.shape)[:-1])
 
@@ -317,7 +324,25 @@ def gradient_check(
             )
         return None
 
-    return Check(f"gradients reach {name}'s input and {', '.join(parameters)}, as minigpt's", run)
+    reach = f"{name}'s input" + (f" and {', '.join(parameters)}" if parameters else "")
+    return Check(f"gradients reach {reach}, as minigpt's", run)
+
+
+def module_checks(
+    probe: Probe,
+    name: str,
+    build: Callable[[], nn.Module],
+    pair: Callable[[], tuple[nn.Module, nn.Module]],
+    x: Tensor,
+    parameters: tuple[str, ...],
+) -> list[Check]:
+    """The checks every module gets, last: its input left as it was, the device it runs on, and the
+    gradients that reach its input and `parameters` (`pair()`: the learner's module and minigpt's)."""
+    return [
+        unchanged_input_check(probe, name, lambda given: build()(given), x),
+        device_check(probe, name, build, x),
+        gradient_check(probe, name, pair, x, parameters),
+    ]
 
 
 def agrees_check(
@@ -344,7 +369,7 @@ def agrees_check(
                 return f"your {name} turned {list(x.shape)} into {shape(out)}; {theirs} keeps {list(x.shape)}"
             at = worst_row(out, expected)
             got, want = apart(out[at], expected[at])
-            short = theirs.removesuffix(" (minigpt/model/layers.py)")
+            short = theirs.split(" (minigpt/")[0]  # the file said once
             if dtype == torch.float64 and close(out, expected, 1e-5):
                 return (
                     f"your {name} loses float64's precision: {where(given, at)} it gave {got}, {short} gives {want}, "
@@ -385,11 +410,21 @@ class Fitting:
     failing line names the mistake. Where two explanations fit equally, a facet's line names its own
     choice and the other explanation's. When no known mistake explains the output, the first facet
     check says how it differs and the others wait (not run: they cannot be told while the output is
-    unexplained)."""
+    unexplained), showing the row that differs most where `where(given, index)` says it comes from."""
 
-    def __init__(self, probe: Probe, name: str, formula: str, pair, given: Tensor, compute, options):
+    def __init__(
+        self,
+        probe: Probe,
+        name: str,
+        formula: str,
+        pair,
+        given: Tensor,
+        compute,
+        options,
+        where: Callable[[Tensor, tuple[int, ...]], str] = lambda x, at: f"on the row {row(x[at])}",
+    ):
         self.probe, self.name, self.formula, self.pair = probe, name, formula, pair
-        self.given, self.compute, self.options = given, compute, options
+        self.given, self.compute, self.options, self.where = given, compute, options, where
         self.facets: dict[str, Callable[[dict], str | None]] = {}
         self._fitted: Fitted | None = None
         self._unexplained_said = False
@@ -443,8 +478,8 @@ class Fitting:
         at = worst_row(out, expected)
         got, want = apart(out[at], expected[at])
         return (
-            f"your {self.name} differs from {self.formula} in a way these checks do not name: on the row "
-            f"{row(fit.given[at])} it gave {got}, minigpt's gives {want}"
+            f"your {self.name} differs from {self.formula} in a way these checks do not name: "
+            f"{self.where(fit.given, at)} it gave {got}, minigpt's gives {want}"
         )
 
 

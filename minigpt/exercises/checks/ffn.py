@@ -30,14 +30,12 @@ from .common import (
     against,
     agrees_check,
     close,
-    device_check,
-    gradient_check,
     linear_calls,
+    module_checks,
     parameters_check,
     randn,
     row,
     shape,
-    unchanged_input_check,
 )
 from .norms import pair
 
@@ -180,9 +178,9 @@ def _common_checks(probe: Probe, name: str, build, both, widen: int) -> tuple[li
         _position_wise_check(probe, name, both),
         agrees_check(probe, name, both, _rows(), "minigpt's FeedForward (minigpt/model/layers.py)"),
         _calls_linears_check(probe, name, build),
-        unchanged_input_check(probe, name, lambda x: build(WIDTH, HIDDEN)(x), _rows()),
-        device_check(probe, name, lambda: build(WIDTH, HIDDEN), _rows()),
-        gradient_check(probe, name, both, _rows(), ("W1.weight", "W1.bias", "W2.weight", "W2.bias")),
+        *module_checks(
+            probe, name, lambda: build(WIDTH, HIDDEN), both, _rows(), ("W1.weight", "W1.bias", "W2.weight", "W2.bias")
+        ),
     ]
     return first, last
 

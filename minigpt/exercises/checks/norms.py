@@ -27,14 +27,12 @@ from .common import (
     against,
     agrees_check,
     close,
-    device_check,
-    gradient_check,
+    module_checks,
     number,
     parameters_check,
     randn,
     row,
     shape,
-    unchanged_input_check,
 )
 from .residual import residual_sublayer_checks
 
@@ -314,9 +312,7 @@ def rmsnorm(probe: Probe) -> list[Group]:
         fitting.check("gain_used", "RMSNorm multiplies by its gain", gain),
         Check("RMSNorm keeps a constant vector's sign: [2, 2, 2, 2] becomes [1, 1, 1, 1]", constant),
         agrees_check(probe, "RMSNorm", both, probe_rows() * 3, THEIRS),
-        unchanged_input_check(probe, "RMSNorm", lambda x: build()(x), probe_rows()),
-        device_check(probe, "RMSNorm", build, probe_rows()),
-        gradient_check(probe, "RMSNorm", both, probe_rows(), ("weight",)),
+        *module_checks(probe, "RMSNorm", build, both, probe_rows(), ("weight",)),
     ]
     return [Group("RMSNorm", checks), Group("residual_sublayer", residual_sublayer_checks(probe))]
 
@@ -428,8 +424,6 @@ def layernorm(probe: Probe) -> list[Group]:
         fitting.check("bias_used", "LayerNorm adds beta", bias),
         Check("LayerNorm gives chapter 17.3's rows: [1, 3] -> [-0.999995, 0.999995], [10, 10] -> [0, 0]", chapter_rows),
         agrees_check(probe, "LayerNorm", both, probe_rows() * 3, THEIRS),
-        unchanged_input_check(probe, "LayerNorm", lambda x: build()(x), probe_rows()),
-        device_check(probe, "LayerNorm", build, probe_rows()),
-        gradient_check(probe, "LayerNorm", both, probe_rows(), ("weight", "bias")),
+        *module_checks(probe, "LayerNorm", build, both, probe_rows(), ("weight", "bias")),
     ]
     return [Group("LayerNorm", checks)]
