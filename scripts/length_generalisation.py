@@ -3,7 +3,7 @@
 reproduced small. Every cell is one `minigpt` command, printed as it runs, so any one of them can be
 run alone.
 
-    python scripts/length_generalisation.py            the whole experiment (84 task and 6 text runs; not yet timed)
+    python scripts/length_generalisation.py            the whole experiment (84 task and 6 text runs, 30 minutes)
     python scripts/length_generalisation.py --quick    every kind of cell at a few steps (a smoke test)
     python scripts/length_generalisation.py --only reverse,text    some parts (tasks, or text)
     python scripts/length_generalisation.py --again    the tables and figures again from saved results
