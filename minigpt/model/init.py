@@ -46,24 +46,27 @@ def _xavier(model: nn.Module, cfg: ModelConfig) -> None:
     shared = {id(t.weight) for t in tables}  # a tied head: the table's, drawn as a table
     for table in tables:
         nn.init.normal_(table.weight, 0.0, cfg.n_embd**-0.5)
+    stacked = _stacked_matrices(model, cfg)
     for matrix in model.modules():
         if isinstance(matrix, nn.Linear) and id(matrix.weight) not in shared:
-            for rows in _own_matrices(matrix, model):
+            for rows in stacked.get(id(matrix), [matrix.weight.data]):
                 nn.init.xavier_uniform_(rows)
             if matrix.bias is not None:
                 nn.init.zeros_(matrix.bias)
 
 
-def _own_matrices(matrix: nn.Linear, model: nn.Module) -> list:
-    """The matrices a Linear stores, as views of its weight: W_Q, W_K and W_V for an attention's
-    stacked qkv (each with its own fan-out), SwiGLU's gate and value for its W1, else the weight itself."""
+def _stacked_matrices(model: nn.Module, cfg: ModelConfig) -> dict[int, list]:
+    """The Linears that store several matrices, by id, each as views of its weight: an attention's
+    qkv (W_Q, W_K and W_V, each with its own fan-out) and SwiGLU's W1 (the gate and the value)."""
+    stacked = {}
     for block in getattr(model, "blocks", ()):
-        ffn = getattr(block, "ffn", None)
-        if ffn is not None and getattr(ffn, "W1", None) is matrix and model.cfg.activation == "swiglu":
-            return list(matrix.weight.data.chunk(2, dim=0))
         attention = getattr(block, "attention", None)
-        if attention is not None and getattr(attention, "qkv", None) is matrix:
+        qkv = getattr(attention, "qkv", None)
+        if qkv is not None:
             d = attention.head_width
             sizes = (attention.n_head * d, attention.n_kv_head * d, attention.n_kv_head * d)
-            return list(matrix.weight.data.split(sizes, dim=0))
-    return [matrix.weight.data]
+            stacked[id(qkv)] = list(qkv.weight.data.split(sizes, dim=0))
+        W1 = getattr(getattr(block, "ffn", None), "W1", None)
+        if W1 is not None and cfg.activation == "swiglu":
+            stacked[id(W1)] = list(W1.weight.data.chunk(2, dim=0))
+    return stacked

@@ -276,6 +276,11 @@ class ScoreBias:
         raise NotImplementedError
 
 
+def distances(rows: Tensor, keys: int) -> Tensor:
+    """i - j for each query position i of `rows` and key j of 0 .. keys - 1: [len(rows), keys]."""
+    return rows[:, None] - torch.arange(keys, device=rows.device)[None, :]
+
+
 class Alibi(ScoreBias):
     """One model's ALiBi biases, shared by its blocks: [H, rows, rows] with -slope_h (i - j) where key
     j <= query i and -inf past it (the causal mask inside the bias). Within the trained length the
@@ -289,7 +294,7 @@ class Alibi(ScoreBias):
         self._tables: dict = {}
 
     def _table(self, rows: Tensor, keys: int, device, dtype) -> Tensor:
-        distance = rows[:, None] - torch.arange(keys)[None, :]  # i - j
+        distance = distances(rows, keys)
         slopes = torch.tensor(self.slopes, dtype=torch.float64)[:, None, None]
         return (-slopes * distance).masked_fill(distance < 0, float("-inf")).to(device, dtype)
 
@@ -326,19 +331,19 @@ class RelativeBias(ScoreBias):
         self.table, self.max_distance, self.context = table, max_distance, context
         self._buckets: dict = {}
 
-    def _distances(self, rows: Tensor, keys: int) -> Tensor:
-        return rows[:, None] - torch.arange(keys, device=rows.device)[None, :]  # i - j
+    def _buckets_of(self, rows: Tensor, keys: int) -> tuple[Tensor, Tensor]:
+        """Each query and key's bucket, and where the key is later than the query (masked)."""
+        distance = distances(rows, keys)
+        return t5_buckets(distance.clamp(min=0), self.table.num_embeddings, self.max_distance), distance < 0
 
     def bias(self, T: int, S: int, past: int, device, dtype) -> Tensor:
-        n = self.table.num_embeddings
         if past + T > self.context or S > self.context:  # past the trained length: this pass's rows alone
-            distance = self._distances(torch.arange(past, past + T, device=device), S)
-            buckets, later = t5_buckets(distance.clamp(min=0), n, self.max_distance), distance < 0
+            buckets, later = self._buckets_of(torch.arange(past, past + T, device=device), S)
         else:
             found = self._buckets.get(device)
             if found is None:
-                distance = self._distances(torch.arange(self.context, device=device), self.context)
-                found = self._buckets[device] = (t5_buckets(distance.clamp(min=0), n, self.max_distance), distance < 0)
+                whole = torch.arange(self.context, device=device)
+                found = self._buckets[device] = self._buckets_of(whole, self.context)
             buckets, later = (part[past : past + T, :S] for part in found)
         values = self.table(buckets).permute(2, 0, 1)  # b[bucket(i - j), h]: [H, T, S]
         return values.masked_fill(later, float("-inf")).to(dtype)
