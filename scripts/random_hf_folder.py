@@ -277,6 +277,7 @@ def make_folder(
     mlp_bias: bool = False,
     rope_theta: float = 10000.0,
     rope_scaling: dict[str, Any] | None = None,
+    partial_rotary_factor: float | None = None,
     config_shape: str = "v5",
     sliding_window: int | None = None,
     eps: float = 1e-6,
@@ -287,11 +288,14 @@ def make_folder(
     tokenizer: str = "smollm",
     bos: bool | None = None,
 ) -> Path:
-    """A `family` (llama, mistral, qwen2) folder at `path` with random weights: N(0, std) for every
-    matrix (std: transformers' 0.02 unless given; tests pass a larger one so that the model's
+    """A `family` (llama, mistral, qwen2, phi3) folder at `path` with random weights: N(0, std) for
+    every matrix (std: transformers' 0.02 unless given; tests pass a larger one so that the model's
     outputs are far from uniform), gains 1 + N(0, std), biases N(0, std). `rope_scaling`: a dict as
-    transformers' rope_parameters takes it (rope_type, factor, ...). `config_shape`: "v5" writes
-    transformers 5's rope_parameters, "legacy" the older rope_theta + rope_scaling pair. `shards`:
+    transformers' rope_parameters takes it (rope_type, factor, ...). `partial_rotary_factor`: the
+    share of each head rope turns, in rope_parameters (None: left out; only Phi-3 reads it).
+    `sliding_window`: Mistral's and Phi-3's. `config_shape`: "v5" writes transformers 5's
+    rope_parameters, "legacy" the older rope_theta + rope_scaling pair (and partial_rotary_factor
+    beside them, as Phi-3 and Phi-4-mini ship it). `shards`:
     the weights split into that many files with an index. `tokenizer`: the family whose tokenizer's
     shape folder_tokenizer gives it (smollm, llama3, qwen2, llama2, mistral), `bos` whether it puts a
     BOS first (None: as that family does); config.json's token ids are that tokenizer's."""
@@ -300,6 +304,8 @@ def make_folder(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     rope = {"rope_type": "default", "rope_theta": rope_theta, **(rope_scaling or {})}
+    if partial_rotary_factor is not None:
+        rope["partial_rotary_factor"] = partial_rotary_factor
     tokenizer_json, tokenizer_config = folder_tokenizer(tokenizer, vocab, bos)
     special = {token["content"]: token["id"] for token in json.loads(tokenizer_json)["added_tokens"]}
     common = dict(
@@ -327,8 +333,11 @@ def make_folder(
     elif family == "qwen2":
         config = transformers.Qwen2Config(**common, use_sliding_window=False)
         model_class = transformers.Qwen2ForCausalLM
+    elif family == "phi3":  # pad_token_id: Phi3Config's default 32000 lies past a small vocabulary
+        config = transformers.Phi3Config(**common, sliding_window=sliding_window, pad_token_id=None)
+        model_class = transformers.Phi3ForCausalLM
     else:
-        raise SystemExit(f"family {family!r}: choose llama, mistral or qwen2")
+        raise SystemExit(f"family {family!r}: choose llama, mistral, qwen2 or phi3")
     torch.manual_seed(seed)
     model = model_class(config)
     if std is not None:
@@ -347,6 +356,8 @@ def make_folder(
         written = json.loads((path / "config.json").read_text())
         parameters = written.pop("rope_parameters", None) or rope
         written["rope_theta"] = parameters.pop("rope_theta", rope_theta)
+        if "partial_rotary_factor" in parameters:
+            written["partial_rotary_factor"] = parameters.pop("partial_rotary_factor")
         kind = parameters.pop("rope_type", "default")
         written["rope_scaling"] = None if kind == "default" else {"type": kind, **parameters}
         (path / "config.json").write_text(json.dumps(written, indent=2))

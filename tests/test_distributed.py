@@ -138,6 +138,20 @@ EQUIVALENT = {
     # grouped-query attention with rope, RMSNorm, SwiGLU and a qkv bias alone (test_gqa.py's model)
     "gqa": ([a for s in GQA_SETS for a in ("--set", s)], 1e-5, None),
     "rope": (["--set", 'model.positions="rope"', "--steps", "10"], 1e-5, 1e-5),
+    # the newer position keys: fixed sinusoids, T5's one bias table shared by the blocks (distances past 3
+    # in its logarithmic buckets), rope on a quarter of each head
+    "sinusoidal": (["--set", 'model.positions="sinusoidal"', "--steps", "10"], 1e-5, 1e-5),
+    "t5": (
+        ["--set", 'model.positions="t5"', "--set", "model.t5_buckets=8", "--set", "model.t5_max_distance=6"]
+        + ["--steps", "10"],
+        1e-5,
+        1e-5,
+    ),
+    "rope-fraction": (
+        ["--set", 'model.positions="rope"', "--set", "model.rope_fraction=0.25", "--steps", "10"],
+        1e-5,
+        1e-5,
+    ),
     "attention-residuals": (["--set", ATTENTION, "--set", "model.n_layer=2", "--steps", "10"], 1e-5, 1e-5),
 }
 
@@ -442,17 +456,21 @@ def test_a_write_error_on_rank_0_before_the_first_step_stops_every_rank_with_one
 
 @pytest.mark.parametrize("name", list(EQUIVALENT))
 def test_a_model_trains_on_two_ranks_as_in_one_process(launched, cli, tmp_path, name):
-    """Muon, a switched model, a task, LoRA, GQA, rope, Attention Residuals: weights and validation
-    losses of the two-rank run (batch 4 each) within EQUIVALENT's tolerances of one process's (batch 8)."""
+    """Muon, a switched model, a task, LoRA, GQA, rope, sinusoidal, T5, rope on a quarter of each head,
+    Attention Residuals: weights and validation losses of the two-rank run (batch 4 each) within
+    EQUIVALENT's tolerances of one process's (batch 8)."""
     runs, results, stderr = launched
     assert results[name] == 0, stderr[-3000:]
     _, atol, losses = EQUIVALENT[name]
     two = runs / "equivalent" / name
     one = cli("train", *equivalent_args(runs, name), "--out", tmp_path / "one", "--set", "train.batch_size=8")
     assert one.exit_code == 0, one.output
-    assert_close(weights(two / "checkpoint.pt"), weights(tmp_path / "one" / "checkpoint.pt"), atol=atol)
+    trained = weights(two / "checkpoint.pt")
+    assert_close(trained, weights(tmp_path / "one" / "checkpoint.pt"), atol=atol)
     if name == "attention-residuals":
-        assert "final_depth.query" in weights(two / "checkpoint.pt")
+        assert "final_depth.query" in trained
+    if name in ("sinusoidal", "t5"):  # no position table: fixed rows, or T5's one table for every block
+        assert "position_table.weight" not in trained and ("relative_bias.weight" in trained) == (name == "t5")
     if losses is None:
         return
     ddp, single = eval_losses(two), eval_losses(tmp_path / "one")

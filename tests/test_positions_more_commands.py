@@ -1,14 +1,16 @@
 """The commands on runs trained with the newer [model] position keys: positions = "sinusoidal", "t5" and
 rope on a share of each head (rope_fraction). Each tiny run (2 blocks, 2 heads of width 8, context 8,
 float64) is sampled, traced (the JSON's position row and model keys; the attribution's parts sum to the
-logit), scored by position past its trained length, counted by info, exported (GPT-2's and Llama's
-folders refuse what they cannot express, in one line), and drawn by the explore page; the keys are
+logit), scored by position past its trained length, counted by info, exported (GPT-2's folder refuses
+what it cannot express in one line; rope_fraction with the Llama block exports as Phi-3, and a run
+of an imported Llama refuses it in one line), and drawn by the explore page; the keys are
 refused where they mean nothing. The formulas themselves are tests/test_positions_more.py's."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -166,9 +168,24 @@ def test_the_gpt2_folder_refuses_sinusoidal_and_t5_in_one_line(cli, runs, name, 
     assert not (tmp_path / "hf").exists()
 
 
-def test_the_llama_folder_refuses_rope_fraction_naming_the_key(cli, runs, tmp_path):
-    line = refused(cli, "export", "--run", runs["llama_fraction"], "--format", "hf", "--out", tmp_path / "hf")
-    assert "--format hf cannot express [model] rope_fraction = 0.5" in line and not (tmp_path / "hf").exists()
+def test_the_llama_block_with_rope_fraction_exports_as_phi3_but_a_run_of_an_imported_llama_refuses_it(
+    cli, runs, tmp_path
+):
+    """Phi-3 is the Llama-family folder whose rope turns a share of each head (partial_rotary_factor);
+    a run descending from a Llama import keeps its family, which rotates every coordinate: one line."""
+    result = cli("export", "--run", runs["llama_fraction"], "--format", "hf", "--out", tmp_path / "hf")
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == ("phi3", ["Phi3ForCausalLM"])
+    assert config["partial_rotary_factor"] == config["rope_parameters"]["partial_rotary_factor"] == 0.5
+    imported = shutil.copytree(runs["llama_fraction"], tmp_path / "imported")
+    (imported / "origin.json").write_text(json.dumps({"kind": "hf-llama", "path": "tiny-llama"}), encoding="utf-8")
+    line = refused(cli, "export", "--run", imported, "--format", "hf", "--out", tmp_path / "llama")
+    assert (
+        "--format hf cannot express [model] rope_fraction = 0.5: Llama rotates every coordinate of a head; "
+        "Phi-3 (partial_rotary_factor) rotates a share of each" in line
+    )
+    assert not (tmp_path / "llama").exists()
 
 
 def test_safetensors_export_of_a_t5_run_round_trips(cli, runs, tmp_path):

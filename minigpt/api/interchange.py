@@ -52,10 +52,11 @@ def import_hf(
     adapter: str | Path | None = None,
 ) -> convert.Imported:
     """A Hugging Face folder of GPT-2 or of the Llama family (LlamaForCausalLM, MistralForCausalLM,
-    Qwen2ForCausalLM: config.json, model.safetensors, sharded or not, or pytorch_model.bin, and its
-    tokenizer) as the run folder `out`, which every reading method and `train(init_from=out)` then
-    use like any other. `context` keeps the position table's first rows; `force` replaces the run
-    `out` holds, and nothing else: a folder holding other files, or `folder` itself, is refused
+    Qwen2ForCausalLM, or Phi3ForCausalLM, whose partial_rotary_factor becomes [model] rope_fraction:
+    config.json, model.safetensors, sharded or not, or pytorch_model.bin, and its tokenizer) as the
+    run folder `out`, which every reading method and `train(init_from=out)` then use like any other.
+    `context` keeps the position table's first rows; `force` replaces the run `out` holds, and
+    nothing else: a folder holding other files, or `folder` itself, is refused
     (checked before anything is read); `progress` shows a bar while a large file is read.
     `adapter`: a PEFT LoRA adapter folder for a GPT-2 folder, merged into the weights (W + scale B A). Returns
     what was imported (its [model] section, tokenizer and origin)."""

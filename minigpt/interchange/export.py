@@ -6,9 +6,10 @@
                   (llama_export.py) for a model with its block
 
 Which folder `hf` writes is chosen in one place, `hf_family`: a model with lesson 09's block (rope
-positions, RMSNorm, SwiGLU) is a Llama-family folder (LlamaForCausalLM, MistralForCausalLM or
-Qwen2ForCausalLM), any other is chapter 17's GPT-2: pre-norm blocks with LayerNorm, learned absolute
-positions, a final LayerNorm, a vocabulary head. GPT-2's names and layouts (Conv1D's [in, out]
+positions, RMSNorm, SwiGLU) is a Llama-family folder (LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM, or Phi3ForCausalLM for rope on a share of each head), any other is chapter 17's
+GPT-2: pre-norm blocks with LayerNorm, learned absolute positions, a final LayerNorm, a vocabulary
+head. GPT-2's names and layouts (Conv1D's [in, out]
 weights, the tied head, the config keys) are gpt2_layout.py's, the table the import reads too. What
 the chosen family cannot express (for GPT-2: RMSNorm, post-norm, SwiGLU, grouped-query heads,
 Attention Residuals) is refused, naming the key and, where the other family holds it, saying so.
@@ -115,7 +116,7 @@ def hf_family(model: MiniGPT, imported: dict[str, Any] | None = None) -> tuple[s
 def transformers_float32(model: MiniGPT, format: str) -> str | None:
     """What transformers computes in float32 of a float64 run exported as `format`, as the export's
     note says it (the weights are written in float64 as they are); None: nothing. transformers'
-    LlamaRMSNorm (and Qwen2's and Mistral's) casts its input to float32 whatever the weights' dtype,
+    LlamaRMSNorm (and Qwen2's, Mistral's and Phi-3's) casts its input to float32 whatever the weights' dtype,
     and it computes rope's angles in float32, which a minigpt-trained float64 run computes in float64
     ([model] rope_angles = "dtype"; an imported run's "float32" already matches). GPT-2 computes in
     the weights' dtype throughout."""
@@ -194,7 +195,7 @@ def export_hf(
     if family == gpt2.MODEL_TYPE:
         tensors, config = gpt2_state(model), gpt2_folder_config(model)
     else:
-        tensors = llama_export.state(model)
+        tensors = llama_export.state(model, family)
         config = llama_export.config_json(model.cfg, model.vocab_size, family)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     _write_json(out / "config.json", {**config, **dtype_keys(model.cfg.dtype)})

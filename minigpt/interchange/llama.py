@@ -1,10 +1,10 @@
-"""A Hugging Face folder of the Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)
-as an `Imported` model: config.json mapped onto [model] (llama_config.py: rope, RMSNorm, SwiGLU,
-grouped-query attention, each family's biases, rope's scaling rule, Mistral's sliding window) or
-refused naming the key, the weights read one tensor at a time (llama_weights.py: model.safetensors,
-its shards, or pytorch_model.bin) and joined into minigpt's tensors as llama_layout.py says, and the
-folder's tokenizer (hf_tokenizer.py). This module decides which reader a folder needs and puts the
-three together.
+"""A Hugging Face folder of the Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+Phi3ForCausalLM) as an `Imported` model: config.json mapped onto [model] (llama_config.py: rope, on
+a share of each head in Phi-3, RMSNorm, SwiGLU, grouped-query attention, each family's biases,
+rope's scaling rule, Mistral's and Phi-3's sliding window) or refused naming the key, the weights
+read one tensor at a time (llama_weights.py: model.safetensors, its shards, or pytorch_model.bin)
+and joined into minigpt's tensors as llama_layout.py says, and the folder's tokenizer
+(hf_tokenizer.py). This module decides which reader a folder needs and puts the three together.
 
 What transformers computes is the reference: where config.json leaves a key out, transformers'
 config class's default is taken (llama_layout.DEFAULTS), both config shapes transformers writes are
@@ -52,7 +52,7 @@ def folder_model_type(folder: Path) -> Any:
 
 def read_hf_folder(folder: Path, context: int | None = None, progress: Progress = no_progress) -> Imported:
     """What `import hf` reads, by config.json's model_type: a GPT-2 folder (hf.py), or a Llama,
-    Mistral or Qwen2 one (this module); any other model_type is refused naming it."""
+    Mistral, Qwen2 or Phi-3 one (this module); any other model_type is refused naming it."""
     model_type = folder_model_type(folder)
     if model_type == GPT2:
         return hf.read_hf_gpt2(Path(folder), context=context, progress=progress)
@@ -87,8 +87,8 @@ def _trained_length(context: int | None, rows: int) -> int:
 
 
 def read_hf_llama(folder: Path, context: int | None = None, progress: Progress = no_progress) -> Imported:
-    """A LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM folder: config.json, the weights
-    (model.safetensors, sharded or not, or pytorch_model.bin) and tokenizer.json. `context`: the
+    """A LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Phi3ForCausalLM folder: config.json,
+    the weights (model.safetensors, sharded or not, or pytorch_model.bin) and tokenizer.json. `context`: the
     longest text minigpt accepts unasked, max_position_embeddings unless given (fewer)."""
     folder = Path(folder)
     model_type = folder_model_type(folder)
@@ -117,7 +117,7 @@ def read_hf_llama(folder: Path, context: int | None = None, progress: Progress =
         cfg = model_section(settings, trained, model_dtype(found, where), config_path)
         # minigpt's copy, then its checkpoint serialised; the files are mapped, but for an old non-zip .bin
         check_room(cfg, vocab_size, sum(p.stat().st_size for p in weights.paths if read_whole(p)))
-        state = read_parameters(weights, cfg, vocab_size, where, progress)
+        state = read_parameters(weights, cfg, vocab_size, model_type, where, progress)
         stored = dtypes_of(found)
     hashes = {path.name: file_sha256(path, progress) for path in weights.paths}
     return Imported(

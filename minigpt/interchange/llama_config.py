@@ -1,9 +1,10 @@
 """A Llama-family folder's config.json mapped onto [model], as transformers reads it: where a key
 is left out, transformers' config class's default (llama_layout.DEFAULTS); both config shapes
 transformers writes (rope_theta + rope_scaling, and 5.x's rope_parameters); rope's scaling rule as a
-RopeScaling; Mistral's sliding window. What minigpt does not compute (a mixture of experts,
-quantized weights, another activation, sliding-window layers in Qwen2, a rope type it lacks, ...)
-is refused naming the key and its value.
+RopeScaling; Mistral's and Phi-3's sliding window. What minigpt does not compute (a mixture of experts,
+quantized weights, another activation, sliding-window layers in Qwen2, a rope type it lacks, a
+partial_rotary_factor in a family whose transformers class ignores it, ...) is refused naming the
+key and its value. Phi-3's partial_rotary_factor is [model] rope_fraction.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..rope_scaling import RopeScaling
 from . import llama_layout as layout
 from .convert import flag_value, literal, whole_number
 
-# Keys of a mixture-of-experts model (Mixtral, Qwen2-MoE, DeepSeek, ...): none of the three families has them.
+# Keys of a mixture-of-experts model (Mixtral, Qwen2-MoE, DeepSeek, ...): none of the four families has them.
 MOE_KEYS = (
     "num_experts",
     "num_local_experts",
@@ -40,11 +41,14 @@ def _number(where: str | Phrase, key: str, value: Any) -> float:
     return float(value)
 
 
-def _rope_parameters(raw: dict[str, Any], where: str | Phrase) -> tuple[str, dict[str, Any], str, float]:
-    """(rope_type, its parameters, the key holding them, rope_theta) as transformers reads them from
-    either config shape: `rope_scaling` (older; rope_type or type) beside a top-level rope_theta, or
-    5.x's `rope_parameters` holding rope_theta too. As in transformers, a rope_scaling wins over a
-    rope_parameters, a rope_type over a type, and a rope_theta inside the parameters over one beside."""
+def _rope_parameters(
+    raw: dict[str, Any], model_type: str, where: str | Phrase
+) -> tuple[str, dict[str, Any], str, float, float]:
+    """(rope_type, its parameters, the key holding them, rope_theta, partial_rotary_factor) as
+    transformers reads them from either config shape: `rope_scaling` (older; rope_type or type)
+    beside a top-level rope_theta, or 5.x's `rope_parameters` holding rope_theta too. As in
+    transformers, a rope_scaling wins over a rope_parameters, a rope_type over a type, and a
+    rope_theta or partial_rotary_factor inside the parameters over one beside."""
     key = "rope_scaling" if raw.get("rope_scaling") else "rope_parameters"
     params = raw.get(key) or {}
     if not isinstance(params, dict):
@@ -54,23 +58,30 @@ def _rope_parameters(raw: dict[str, Any], where: str | Phrase) -> tuple[str, dic
         params = params.get("full_attention") or {}
         key = f"{key}.full_attention"
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type not in layout.ROPE_TYPES:
+    types = layout.FAMILY_ROPE_TYPES.get(model_type, layout.ROPE_TYPES)
+    if rope_type not in types:
         raise _refuse(
             where,
             f"{key}.{'rope_type' if 'rope_type' in params else 'type'}",
             rope_type,
-            "minigpt computes the rope types " + ", ".join(layout.ROPE_TYPES) + " only",
+            f"minigpt computes the rope types {', '.join(types)} only"
+            + (f" in {layout.ARCHITECTURES[model_type]}" if types != layout.ROPE_TYPES else ""),
         )
     theta = params.get("rope_theta", raw.get("rope_theta", layout.DEFAULT_THETA))
-    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
+    name = layout.PARTIAL_ROTARY_FACTOR
+    partial = params.get(name, raw.get(name, 1.0))
+    if model_type not in layout.PARTIAL_ROTARY and partial != 1.0:
+        holders = ", ".join(f'{layout.ARCHITECTURES[t]} (model_type "{t}")' for t in layout.PARTIAL_ROTARY)
         raise _refuse(
             where,
-            "partial_rotary_factor",
+            name,
             partial,
-            "transformers' Llama, Mistral and Qwen2 rotate every dimension of a head (1.0)",
+            f"transformers' {layout.ARCHITECTURES[model_type]} rotates every dimension of a head (1.0) whatever "
+            f"this says; {holders} rotates a share of each head",
         )
-    return rope_type, params, key, _number(where, "rope_theta", theta)
+    if isinstance(partial, bool) or not isinstance(partial, (int, float)) or not 0 < partial <= 1:
+        raise _refuse(where, name, partial, "the share of each head rope rotates is a number in (0, 1]")
+    return rope_type, params, key, _number(where, "rope_theta", theta), float(partial)
 
 
 def _rope_scaling(
@@ -126,7 +137,7 @@ def _rope_scaling(
 
 
 def _check_attention(raw: dict[str, Any], model_type: str, n_layer: int, where: str | Phrase) -> int:
-    """Mistral's sliding window (0: none), and every key that would make some layer attend
+    """Mistral's and Phi-3's sliding window (0: none), and every key that would make some layer attend
     otherwise, refused: Qwen2's sliding-window layers."""
     defaults = layout.DEFAULTS[model_type]
     if model_type == "qwen2":
@@ -149,7 +160,7 @@ def _check_attention(raw: dict[str, Any], model_type: str, n_layer: int, where: 
                     'minigpt computes full attention in every layer (a list of num_hidden_layers "full_attention")',
                 )
         return 0
-    if model_type == "mistral":
+    if model_type in layout.WINDOWED:
         window = raw.get("sliding_window", defaults["sliding_window"])
         return 0 if window is None else whole_number(where, "sliding_window", window)
     return 0
@@ -233,7 +244,16 @@ def read_settings(raw: dict[str, Any], where: str | Phrase) -> dict[str, Any]:
     for switch, source in layout.bias_keys(model_type).items():
         biases[switch] = source if isinstance(source, bool) else flag_value(where, source, raw.get(source, False))
     rows = whole_number(where, *get("context"))
-    rope_type, params, rope_key, theta = _rope_parameters(raw, where)
+    rope_type, params, rope_key, theta, partial = _rope_parameters(raw, model_type, where)
+    rotated = int(d * partial)  # transformers' int(head_dim * partial_rotary_factor), as ModelConfig.rotary_width
+    if rotated % 2 or rotated < 2:
+        raise _refuse(
+            where,
+            layout.PARTIAL_ROTARY_FACTOR,
+            partial,
+            f"it rotates {rotated} of each head's {d} coordinates; rope turns them in pairs, which minigpt "
+            "computes for an even number of at least 2 only",
+        )
     scaling = _rope_scaling(raw, rope_type, params, rope_key, rows, where)
     return {
         "n_layer": n_layer,
@@ -250,6 +270,7 @@ def read_settings(raw: dict[str, Any], where: str | Phrase) -> dict[str, Any]:
         "tie_embeddings": flag_value(where, *get("tie_embeddings")),
         "positions": "rope",
         "rope_theta": theta,
+        "rope_fraction": partial,
         "scaling": scaling,
         "rope_angles": "float32",  # transformers computes rope's angles in float32, a float64 model's too
         "sliding_window": _check_attention(raw, model_type, n_layer, where),

@@ -1,23 +1,28 @@
-"""Export to the Llama family: a run whose model LlamaForCausalLM, MistralForCausalLM or
-Qwen2ForCausalLM computes, as a Hugging Face folder (config.json that transformers 5 and 4.56 on
-read alike, model.safetensors in the run's dtype, the tokenizer), and a LoRA run's adapters as PEFT
-saves them for that folder.
+"""Export to the Llama family: a run whose model LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM or Phi3ForCausalLM computes, as a Hugging Face folder (config.json that
+transformers 5 and 4.56 on read alike, model.safetensors in the run's dtype, the tokenizer), and a
+LoRA run's adapters as PEFT saves them for that folder.
 
 The family's block is lesson 09's: pre-norm RMSNorm, attention with rotary positions (grouped-query
-heads, any head width), a SwiGLU FFN, residual adds. The three families differ only where they put
-biases and windows: Llama biases W_Q, W_K, W_V and W_O together (attention_bias) and the FFN's
-three matrices together (mlp_bias), Qwen2 biases W_Q, W_K and W_V alone, Mistral has no biases and
-may have a sliding window. A run imported from one of them is written back as that family (its
-origin's model_type); any other run as Qwen2 when exactly its W_Q, W_K, W_V are biased, Mistral when
-it has a window, Llama otherwise. What no family expresses is refused, naming the key.
+heads, any head width), a SwiGLU FFN, residual adds. The four families differ only where they put
+biases and windows and how much of a head rope turns: Llama biases W_Q, W_K, W_V and W_O together
+(attention_bias) and the FFN's three matrices together (mlp_bias), Qwen2 biases W_Q, W_K and W_V
+alone, Mistral has no biases and may have a sliding window, Phi-3 has no biases, may have a window,
+and is the one whose rope rotates a share of each head (partial_rotary_factor, minigpt's
+rope_fraction; the other three's rotate all of it). A run imported from one of them is written back
+as that family (its origin's model_type); any other run as Phi-3 when its rope_fraction is below 1,
+Qwen2 when exactly its W_Q, W_K, W_V are biased, Mistral when it has a window, Llama otherwise. What
+no family expresses is refused, naming the key.
 
 Tensor names are llama_layout.py's, the table the import reads too: minigpt's stacked `qkv` and
-`W1` are split back into q_proj, k_proj, v_proj and gate_proj, up_proj along their rows. A tied
-head is stored once, as transformers stores it (no lm_head.weight).
+`W1` are split back into q_proj, k_proj, v_proj and gate_proj, up_proj along their rows (Phi-3's
+qkv_proj and gate_up_proj are them whole). A tied head is stored once, as transformers stores it
+(no lm_head.weight).
 
 LoRA: minigpt adapts the stacked matrices, PEFT on Llama adapts q_proj, k_proj, v_proj (gate_proj,
 up_proj) one by one. The stacked update B A splits exactly into one adapter per projection, each
-with the same A and the rows of B that write that projection's rows, at the same rank and alpha.
+with the same A and the rows of B that write that projection's rows, at the same rank and alpha;
+PEFT on Phi-3 adapts qkv_proj and gate_up_proj, minigpt's stacked matrices themselves.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from ..model.positions import RopeScaling, parse_rope_scaling
 from . import llama_layout as llama
 
 FAMILIES = tuple(llama.ARCHITECTURES)  # config.json's model_type of each
-NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "phi3": "Phi-3"}
 # What the family's block is: a model with all three is written as one of its folders (export.hf_family)
 BLOCK = {"positions": "rope", "norm": "rmsnorm", "activation": "swiglu"}
 BIAS_KEYS = {"qkv": "qkv_bias", "out": "out_bias", "W1": "ffn_bias", "W2": "ffn_bias"}  # part -> its switch
@@ -49,9 +54,11 @@ def _bias_key(cfg: ModelConfig, part: str) -> str:
 
 def family(cfg: ModelConfig, imported: str | None = None) -> str:
     """The family (model_type) a model is written as: the one it was imported from (`imported`),
-    else the one its biases and window say."""
+    else the one its rope_fraction, biases and window say."""
     if imported in FAMILIES:
         return imported
+    if cfg.rope_fraction != 1.0:
+        return llama.PARTIAL_ROTARY[0]
     if cfg.biased("qkv") and not cfg.biased("out") and not cfg.biased("W1"):
         return "qwen2"
     return "mistral" if cfg.sliding_window else "llama"
@@ -70,12 +77,20 @@ def refusal(cfg: ModelConfig, model_type: str) -> str | None:
         return f"[model] residual = {given}: {name}'s blocks add each sublayer to the residual stream"
     if cfg.ffn_hidden == 0:
         return f"[model] ffn_hidden = 0: every {name} block has an MLP"
-    if cfg.rope_fraction != 1.0:  # transformers' Llama, Mistral and Qwen2 rotate every coordinate of a head
-        return f"[model] rope_fraction = {cfg.rope_fraction:g}: {name} rotates every coordinate of a head"
+    if cfg.rope_fraction != 1.0 and model_type not in llama.PARTIAL_ROTARY:
+        partial = " and ".join(NAMES[t] for t in llama.PARTIAL_ROTARY)
+        return (
+            f"[model] rope_fraction = {cfg.rope_fraction:g}: {name} rotates every coordinate of a head; {partial} "
+            "(partial_rotary_factor) rotates a share of each"
+        )
+    scaling = rope_scaling(cfg)
+    if scaling is not None and scaling.kind not in llama.FAMILY_ROPE_TYPES.get(model_type, llama.ROPE_TYPES):
+        return f"[model] rope_scaling = {cfg.rope_scaling!r}: {name} reads no {scaling.kind} rope rule"
     biased = [part for part in ("qkv", "out", "W1") if cfg.biased(part)]
-    if model_type == "mistral" and biased:
+    if model_type in ("mistral", "phi3") and biased:
         key = _bias_key(cfg, biased[0])
-        return f"[model] {key} = true: Mistral, the family with a sliding window, has no biases"
+        what = "with a sliding window" if model_type == "mistral" else "that rotates a share of each head"
+        return f"[model] {key} = true: {name}, the family {what}, has no biases"
     if model_type == "qwen2" and biased != ["qkv"]:
         part = next(p for p in ("qkv", "out", "W1") if (p in biased) != (p == "qkv"))
         key, value = (BIAS_KEYS["qkv"], "false") if part == "qkv" else (_bias_key(cfg, part), "true")
@@ -87,7 +102,7 @@ def refusal(cfg: ModelConfig, model_type: str) -> str | None:
             f"[model] {on} = true with {off} = false: Llama biases W_Q, W_K, W_V and W_O together "
             f"(attention_bias){qwen2}"
         )
-    if cfg.sliding_window and model_type != "mistral":
+    if cfg.sliding_window and model_type not in llama.WINDOWED:
         return f"[model] sliding_window = {cfg.sliding_window}: {name} attends to every earlier position"
     return None
 
@@ -173,11 +188,13 @@ def config_json(cfg: ModelConfig, vocab_size: int, model_type: str) -> dict[str,
     for switch, theirs in llama.bias_keys(model_type).items():
         if isinstance(theirs, str):  # a key of config.json (Llama's); the other families' are fixed
             values[theirs] = cfg.biased(PART_OF[switch])
+    if model_type in llama.PARTIAL_ROTARY:  # 5.x reads it inside rope_parameters, 4.x beside them
+        values[llama.PARTIAL_ROTARY_FACTOR] = values["rope_parameters"][llama.PARTIAL_ROTARY_FACTOR] = cfg.rope_fraction
+    if model_type in llama.WINDOWED:
+        values["sliding_window"] = cfg.sliding_window or None
     if model_type == "llama":
         values["pretraining_tp"] = 1
-    elif model_type == "mistral":
-        values["sliding_window"] = cfg.sliding_window or None
-    else:  # qwen2: every layer full attention
+    elif model_type == "qwen2":  # every layer full attention
         qwen2 = llama.DEFAULTS["qwen2"]
         values.update(use_sliding_window=False, sliding_window=None, max_window_layers=qwen2["max_window_layers"])
         values["layer_types"] = ["full_attention"] * cfg.n_layer
@@ -198,11 +215,11 @@ def _split(tensor: torch.Tensor, p: llama.Parameter, cfg: ModelConfig) -> dict[s
     return {name: piece.detach().contiguous().clone() for name, piece in zip(p.theirs, pieces, strict=True)}
 
 
-def state(model) -> dict[str, torch.Tensor]:
-    """A MiniGPT's parameters under transformers' names (the head left out when tied)."""
+def state(model, model_type: str) -> dict[str, torch.Tensor]:
+    """A MiniGPT's parameters under the names of transformers' `model_type` (the head left out when tied)."""
     ours = model.state_dict()
     tensors: dict[str, torch.Tensor] = {}
-    for p in llama.parameters(model.cfg):
+    for p in llama.parameters(model.cfg, model_type):
         tensors.update(_split(ours[p.ours], p, model.cfg))
     return tensors
 
@@ -210,11 +227,11 @@ def state(model) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------- PEFT
 
 
-def adapter_tensors(adapters: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def adapter_tensors(adapters: dict[str, torch.Tensor], cfg: ModelConfig, model_type: str) -> dict[str, torch.Tensor]:
     """A LoRA checkpoint's adapters (model/lora.adapter_state's names: `blocks.0.attention.qkv.lora_A`)
-    under transformers' module names (`model.layers.0.self_attn.q_proj.lora_A.weight`): A shared by
-    every projection a stacked matrix holds, B split by its rows."""
-    weights = {p.ours: p for p in llama.parameters(cfg) if not p.bias}
+    under transformers' module names for `model_type` (`model.layers.0.self_attn.q_proj.lora_A.weight`):
+    A shared by every projection a stacked matrix holds, B split by its rows."""
+    weights = {p.ours: p for p in llama.parameters(cfg, model_type) if not p.bias}
     tensors: dict[str, torch.Tensor] = {}
     for name, tensor in adapters.items():
         matrix, factor = name.rsplit(".", 1)  # blocks.0.attention.qkv, lora_A
@@ -229,8 +246,8 @@ def adapter_tensors(adapters: dict[str, torch.Tensor], cfg: ModelConfig) -> dict
     return tensors
 
 
-def target_modules(targets: list[str]) -> list[str]:
+def target_modules(targets: list[str], model_type: str) -> list[str]:
     """The PEFT target_modules of minigpt's lora_targets: each projection's own name (q_proj, ...)."""
-    block = {p.ours.split(".", 2)[2].removesuffix(".weight"): p for p in llama.BLOCK if not p.bias}
+    block = {p.ours.split(".", 2)[2].removesuffix(".weight"): p for p in llama.BLOCKS[model_type] if not p.bias}
     parts = {"qkv": "attention.qkv", "out": "attention.out", "W1": "ffn.W1", "W2": "ffn.W2"}
     return [t.rsplit(".", 2)[1] for target in targets for t in block[parts[target]].theirs]

@@ -1,13 +1,16 @@
 """The Llama family's layout, written once: which of transformers' tensors hold each of minigpt's
-parameters for LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM folders. Import (llama.py)
-and export read this one table, so the two directions cannot disagree.
+parameters for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Phi3ForCausalLM folders.
+Import (llama.py) and export read this one table, so the two directions cannot disagree.
 
-The three families share one block: RMSNorm, attention with rotary positions and grouped-query
-heads, RMSNorm, a SwiGLU FFN (down(silu(gate(x)) * up(x))). minigpt stacks what transformers keeps
-apart: W_Q, W_K and W_V are one `qkv` matrix (the query heads' rows, then the key heads', then the
-value heads'), and the FFN's gate and up projections are one `W1` (gate rows, then up rows), so a
-parameter of ours is one or more of theirs joined along the rows, and split back on export. Every
-matrix is nn.Linear's [out, in] in both: nothing is transposed.
+The four families share one block: RMSNorm, attention with rotary positions and grouped-query
+heads, RMSNorm, a SwiGLU FFN (down(silu(gate(x)) * up(x))). minigpt stacks what Llama, Mistral and
+Qwen2 keep apart: W_Q, W_K and W_V are one `qkv` matrix (the query heads' rows, then the key
+heads', then the value heads'), and the FFN's gate and up projections are one `W1` (gate rows, then
+up rows), so a parameter of ours is one or more of theirs joined along the rows, and split back on
+export. Phi-3 stacks them as minigpt does (qkv_proj, gate_up_proj), so each of its tensors is one
+of ours whole; it is also the family whose rope rotates a share of each head (partial_rotary_factor:
+minigpt's rope_fraction), which Llama, Mistral and Qwen2 do not read. Every matrix is nn.Linear's
+[out, in] in both: nothing is transposed.
 """
 
 from __future__ import annotations
@@ -44,42 +47,61 @@ TOKEN_TABLE = Parameter("token_table.weight", ("model.embed_tokens.weight",))
 FINAL_NORM = Parameter("final_norm.weight", ("model.norm.weight",))
 HEAD = Parameter("head.weight", ("lm_head.weight",), tied=True)
 OUTSIDE = (TOKEN_TABLE, FINAL_NORM, HEAD)
-BLOCK = (
-    Parameter("blocks.{i}.norm1.weight", (LAYER + "input_layernorm.weight",)),
-    *_linear("blocks.{i}.attention.qkv", "qkv", *(LAYER + f"self_attn.{x}_proj" for x in "qkv")),
-    *_linear("blocks.{i}.attention.out", "out", LAYER + "self_attn.o_proj"),
-    Parameter("blocks.{i}.norm2.weight", (LAYER + "post_attention_layernorm.weight",)),
-    *_linear("blocks.{i}.ffn.W1", "W1", LAYER + "mlp.gate_proj", LAYER + "mlp.up_proj"),
-    *_linear("blocks.{i}.ffn.W2", "W2", LAYER + "mlp.down_proj"),
-)
+
+
+def _block(attention: tuple[str, ...], gate_up: tuple[str, ...]) -> tuple[Parameter, ...]:
+    """A block's parameters, `attention` and `gate_up` being the modules joined into qkv and W1."""
+    return (
+        Parameter("blocks.{i}.norm1.weight", (LAYER + "input_layernorm.weight",)),
+        *_linear("blocks.{i}.attention.qkv", "qkv", *(LAYER + f"self_attn.{x}" for x in attention)),
+        *_linear("blocks.{i}.attention.out", "out", LAYER + "self_attn.o_proj"),
+        Parameter("blocks.{i}.norm2.weight", (LAYER + "post_attention_layernorm.weight",)),
+        *_linear("blocks.{i}.ffn.W1", "W1", *(LAYER + f"mlp.{x}" for x in gate_up)),
+        *_linear("blocks.{i}.ffn.W2", "W2", LAYER + "mlp.down_proj"),
+    )
+
+
+BLOCK = _block(("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # Llama, Mistral, Qwen2
+STACKED_BLOCK = _block(("qkv_proj",), ("gate_up_proj",))  # Phi-3: stacked as minigpt stacks them
 
 # config.json's model_type -> the class transformers builds for it
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+}
+BLOCKS = {"llama": BLOCK, "mistral": BLOCK, "qwen2": BLOCK, "phi3": STACKED_BLOCK}
+# The families whose rope rotates the first int(head_dim x partial_rotary_factor) coordinates of a
+# head (transformers' Phi3 apply_rotary_pos_emb); Llama's, Mistral's and Qwen2's rotate all of them
+PARTIAL_ROTARY = ("phi3",)
+WINDOWED = ("mistral", "phi3")  # the families with one sliding_window for every layer
 
 
-def parameters(cfg: ModelConfig) -> list[Parameter]:
-    """Every parameter a model of `cfg` stores, its names filled in: biases only on biased parts,
-    the head only when untied."""
+def parameters(cfg: ModelConfig, model_type: str) -> list[Parameter]:
+    """Every parameter a model of `cfg` stores in a `model_type` folder, its names filled in: biases
+    only on biased parts, the head only when untied."""
     chosen = [p for p in OUTSIDE if not (p.tied and cfg.tie_embeddings)]
     for i in range(cfg.n_layer):
-        chosen += [p.at(i) for p in BLOCK if not p.bias or cfg.biased(p.part)]
+        chosen += [p.at(i) for p in BLOCKS[model_type] if not p.bias or cfg.biased(p.part)]
     return chosen
 
 
 def row_counts(p: Parameter, cfg: ModelConfig) -> tuple[int, ...]:
     """How many rows of minigpt's tensor each of transformers' tensors holds, in order: the query,
-    key and value heads' rows of `qkv`; the gate's and the up projection's of `W1`."""
+    key and value heads' rows of `qkv`; the gate's and the up projection's of `W1`; all of them
+    where one tensor of theirs holds it (Phi-3's stacked ones)."""
+    if len(p.theirs) == 1:
+        return (-1,)  # one tensor, whole
     if ".attention.qkv." in p.ours:
         d = cfg.resolved_head_width
         return (cfg.n_head * d, cfg.kv_heads * d, cfg.kv_heads * d)
-    if ".ffn.W1." in p.ours:
-        return (cfg.ffn_hidden, cfg.ffn_hidden)
-    return (-1,)  # one tensor, whole
+    return (cfg.ffn_hidden, cfg.ffn_hidden)  # W1: the gate's rows, then the up projection's
 
 
 # ---------------------------------------------------------------- config.json
 
-# [model] key -> the config.json key holding it, in all three families (import reads them, export writes them)
+# [model] key -> the config.json key holding it, in all four families (import reads them, export writes them)
 CONFIG_KEYS = {
     "n_layer": "num_hidden_layers",
     "n_head": "num_attention_heads",
@@ -91,14 +113,16 @@ CONFIG_KEYS = {
     "tie_embeddings": "tie_word_embeddings",
     "context": "max_position_embeddings",
     "rope_theta": "rope_theta",
-    "sliding_window": "sliding_window",  # Mistral's
+    "sliding_window": "sliding_window",  # Mistral's and Phi-3's
 }
+# rope_fraction: inside rope_parameters (5.x) or beside them (4.x); read by the PARTIAL_ROTARY families
+PARTIAL_ROTARY_FACTOR = "partial_rotary_factor"
 VOCAB_SIZE = "vocab_size"  # rows of the token table and the head (not a [model] key)
 ACTIVATION = "hidden_act"  # "silu": the gate's non-linearity of SwiGLU, the only one minigpt computes
 DEFAULT_THETA = 10000.0  # transformers' default_theta, where neither config shape names one
 
 # What transformers' config classes (5.x) take for a key config.json leaves out, per model_type (held to
-# LlamaConfig(), MistralConfig() and Qwen2Config() themselves by tests/test_import_llama.py).
+# LlamaConfig(), MistralConfig(), Qwen2Config() and Phi3Config() themselves by tests/test_import_llama.py).
 # None: derived (num_key_value_heads -> num_attention_heads, head_dim -> hidden_size // heads) or absent.
 DEFAULTS: dict[str, dict[str, object]] = {
     "llama": {
@@ -147,13 +171,27 @@ DEFAULTS: dict[str, dict[str, object]] = {
         "sliding_window": 4096,  # read only with use_sliding_window = true
         "max_window_layers": 28,
     },
+    "phi3": {
+        "vocab_size": 32064,
+        "hidden_size": 3072,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "sliding_window": None,
+    },
 }
 
 
 def bias_keys(model_type: str) -> dict[str, str | bool]:
     """Where each family's biases come from: {part switch: config.json key, or a fixed value}.
     Llama: attention_bias on W_Q, W_K, W_V and W_O, mlp_bias on the FFN's; Qwen2: W_Q, W_K and W_V
-    always, never W_O or the FFN; Mistral: none."""
+    always, never W_O or the FFN; Mistral and Phi-3: none."""
     if model_type == "llama":
         return {"qkv_bias": "attention_bias", "out_bias": "attention_bias", "ffn_bias": "mlp_bias"}
     if model_type == "qwen2":
@@ -164,6 +202,9 @@ def bias_keys(model_type: str) -> dict[str, str | bool]:
 # rope_type -> positions.RopeScaling's field for each key of transformers' rope parameters it reads
 # (rope_theta, factor and original_max_position_embeddings are read for every rule that has them)
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+# model_type -> the rope types of ROPE_TYPES its transformers class computes, where not all of them:
+# Phi3Config takes default and longrope only (its validate_rope), and minigpt lacks longrope
+FAMILY_ROPE_TYPES = {"phi3": ("default",)}
 ROPE_FIELDS = {
     "linear": {},
     "dynamic": {},

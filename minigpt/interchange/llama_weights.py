@@ -158,12 +158,14 @@ def _shards(index: Path) -> tuple[list[Path], dict[str, str]]:
     return [index.parent / name for name in files], dict(weight_map)
 
 
-def _needed(cfg: ModelConfig, vocab_size: int) -> tuple[list[layout.Parameter], dict[str, tuple[int, ...]], dict]:
-    """The parameters a model of `cfg` stores, the shape each of transformers' tensors must have,
-    and minigpt's shapes."""
+def _needed(
+    cfg: ModelConfig, vocab_size: int, model_type: str
+) -> tuple[list[layout.Parameter], dict[str, tuple[int, ...]], dict]:
+    """The parameters a model of `cfg` stores in a `model_type` folder, the shape each of
+    transformers' tensors must have, and minigpt's shapes."""
     with torch.device("meta"):  # minigpt's own names and shapes, without allocating them
         ours = {name: tuple(t.shape) for name, t in MiniGPT(cfg, vocab_size).state_dict().items()}
-    chosen = layout.parameters(cfg)
+    chosen = layout.parameters(cfg, model_type)
     shapes: dict[str, tuple[int, ...]] = {}
     for p in chosen:
         counts = layout.row_counts(p, cfg)
@@ -215,11 +217,12 @@ def _finite(tensor: torch.Tensor) -> bool:
 
 
 def read_parameters(
-    weights: Weights, cfg: ModelConfig, vocab_size: int, where: str, progress: Progress
+    weights: Weights, cfg: ModelConfig, vocab_size: int, model_type: str, where: str, progress: Progress
 ) -> dict[str, torch.Tensor]:
-    """minigpt's parameters, each allocated once and filled from the file's tensors it joins (read
-    one at a time and dropped once copied), checked for finite values; a tied head is the table."""
-    chosen, shapes, ours = _needed(cfg, vocab_size)
+    """minigpt's parameters, each allocated once and filled from the `model_type` folder's tensors
+    it joins (read one at a time and dropped once copied), checked for finite values; a tied head is
+    the table."""
+    chosen, shapes, ours = _needed(cfg, vocab_size, model_type)
     _check_tensors(weights, cfg, shapes, where)
     dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
     head = layout.HEAD.theirs[0]

@@ -65,8 +65,8 @@ def export_adapter(model, adapters: dict[str, torch.Tensor], settings: dict[str,
     name = str(own["path"]) if own is not None and str(own.get("kind", "")).startswith("hf") else str(base)
     if family == gpt2.MODEL_TYPE:
         return write_adapter(adapters, settings, name, out)
-    tensors = llama_export.adapter_tensors(adapters, model.cfg)
-    targets = llama_export.target_modules(settings["targets"].split(","))
+    tensors = llama_export.adapter_tensors(adapters, model.cfg, family)
+    targets = llama_export.target_modules(settings["targets"].split(","), family)
     return _write(tensors, settings, name, targets, False, out)
 
 
