@@ -292,6 +292,23 @@ def test_progress_off_a_terminal_is_a_plain_line_every_tenth_of_the_steps(monkey
     assert "step 12/40 (30%): loss 2.880, val 2.500, 1,234 tok/s, 0m06s elapsed, about 0m14s left" in written
 
 
+def test_the_time_left_follows_the_recent_pace_and_a_slowdown_says_the_machine_is_busy(monkeypatch):
+    from minigpt.training import progress
+    from minigpt.training.events import StepDone
+
+    now = [0.0]
+    stderr = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stderr)
+    lines = progress.ProgressLines(0, 100, clock=lambda: now[0])
+    for step in range(1, 101):
+        now[0] += 0.5 if step <= 40 else 1.5  # another program starts at step 41: steps take three times as long
+        lines.on_step(StepDone(step, 100, 2.0, 1e-3, 1000.0, now[0]))
+    said = {int(m[1]): m[0] for m in re.finditer(r"^step (\d+)/100 .*$", stderr.getvalue(), flags=re.M)}
+    assert said[40].endswith("0m20s elapsed, about 0m30s left")  # 60 steps at 0.5 s
+    assert said[70].endswith("about 0m45s left, machine busy: steps 3.0x slower than earlier")  # 30 at 1.5 s
+    assert "busy" not in said[40]
+
+
 def test_training_written_to_a_file_shows_plain_progress_lines(cli, tiny_config, tmp_path):
     result = cli("train", "-c", tiny_config, "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output

@@ -1,5 +1,6 @@
-"""[train] threads = 0: one thread per core, fixed for the run; with adaptive_threads = true, the
-count chosen by timing (threads.py). Timings here are given, never measured, so nothing depends on
+"""[train] threads = 0: the count timed fastest before the first step (every core unless fewer win by
+a margin), fixed for the run and recorded; with adaptive_threads = true, timed again as it trains
+(threads.py). Timings here are given, never measured, so nothing depends on
 how busy the machine running the tests is. (tests/test_reproducible.py kills a default run.)"""
 
 from __future__ import annotations
@@ -117,20 +118,98 @@ def two_cores(monkeypatch):
     torch.set_num_threads(was)
 
 
-def test_threads_zero_trains_on_every_core_fixed_and_records_the_count(tiny_config, tmp_path, monkeypatch, two_cores):
-    monkeypatch.setattr(threads, "choose", lambda *a: pytest.fail("threads = 0 alone is never timed"))
+def given_times(monkeypatch, times: dict[int, float]) -> list[int]:
+    """threads.timed_counts answers `times` (seconds of a pass per count); the list records each call's cores."""
+    asked = []
+
+    def timed_counts(model, batch, precision, cores):
+        asked.append(cores)
+        return dict(times)
+
+    monkeypatch.setattr(threads, "timed_counts", timed_counts)
+    return asked
+
+
+def test_threads_zero_on_a_quiet_machine_trains_on_every_core_timed_once_and_records_the_count(
+    tiny_config, tmp_path, monkeypatch, two_cores
+):
+    asked = given_times(monkeypatch, {2: 0.07, 1: 0.12})
     monkeypatch.setattr(trainer_module, "Watch", lambda *a: pytest.fail("threads = 0 alone is never watched"))
     torch.set_num_threads(1)  # as after a single sample: training goes back to every core
     out = tmp_path / "run"
-    result = train(config=tiny_config, out=out, steps=4, set={"train.threads": 0}, progress=False)
-    assert result.step == 4 and torch.get_num_threads() == 2
+    seen = []
+    result = train(
+        config=tiny_config,
+        out=out,
+        steps=4,
+        set={"train.threads": 0},
+        progress=False,
+        on_start=lambda session: seen.append(session.notes),
+    )
+    assert result.step == 4 and torch.get_num_threads() == 2 and asked == [2]
+    assert not any("threads = 0" in note for note in seen[0])
     payload = torch.load(out / "checkpoint.pt", weights_only=False)
     assert payload["threads"] == 2 and payload["choices"]["threads"] == 2
+
+
+@pytest.mark.parametrize(
+    ("times", "count"),
+    [
+        ({2: 0.30, 1: 0.12}, 1),  # a core kept busy: the 2-thread pass waits on it
+        ({2: 0.10, 1: 0.09}, 2),  # one thread a little faster: noise, under the margin, keeps every core
+        ({2: 0.10, 1: 0.10 / threads.START_MARGIN - 1e-6}, 1),  # just past the margin
+    ],
+)
+def test_threads_zero_on_a_busy_machine_keeps_the_count_that_wins_by_the_margin_and_a_resume_keeps_it(
+    tiny_config, tmp_path, monkeypatch, two_cores, times, count
+):
+    given_times(monkeypatch, times)
+    monkeypatch.setattr(trainer_module, "Watch", lambda *a: pytest.fail("threads = 0 alone is never watched"))
+    out = tmp_path / "run"
+    settings = {"train.threads": 0, "train.checkpoint_interval": 2}
+    seen = []
+
+    class Crash(Listener):  # the process dies after step 3, its last checkpoint at step 2
+        def on_step(self, event):
+            seen.append(torch.get_num_threads())
+            if event.step == 3:
+                raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(
+            config=tiny_config,
+            out=out,
+            steps=6,
+            set=settings,
+            progress=False,
+            listeners=[Crash()],
+            on_start=lambda session: seen.append(session.notes),
+        )
+    notes, *counts = seen
+    assert counts == [count] * 3
+    said = [note for note in notes if note.startswith("note: threads = 0")]
+    if count == 1:
+        assert said == [
+            f"note: threads = 0: training on 1 of 2 cores (a pass on 2 threads took {times[2] / times[1]:.1f}x as "
+            "long as on 1: another program is using this machine); the run keeps 1 to its end and a resume "
+            "continues at it (set train.threads=2 to use every core anyway)"
+        ]
+    else:
+        assert said == []
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["threads"] == count
+    # the machine is quiet again: a resume is not timed, and continues at the recorded count
+    given_times(monkeypatch, {})
+    monkeypatch.setattr(threads, "timed_counts", lambda *a: pytest.fail("a resume must not time again"))
+    torch.set_num_threads(2)
+    train(config=tiny_config, out=out, steps=6, set=settings, resume=True, progress=False)
+    assert torch.get_num_threads() == count
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["threads"] == count
 
 
 def test_a_resume_where_there_are_other_cores_continues_at_the_recorded_count_and_says_so(
     tiny_config, tmp_path, monkeypatch, two_cores
 ):
+    given_times(monkeypatch, {2: 0.07, 1: 0.12})  # a quiet 2-core machine
     out = tmp_path / "run"
     settings = {"train.threads": 0, "train.checkpoint_interval": 2}
 

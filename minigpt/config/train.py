@@ -103,8 +103,9 @@ class TrainConfig:
     optimizer: str = spec(
         "auto",
         "adamw for every parameter, muon for the blocks' weight matrices with AdamW for the tables, "
-        "head, gains and biases, or auto: muon where its per-step orthogonalisation costs under half "
-        "the step's own arithmetic (small batches make it dear), else adamw",
+        "head, gains and biases, or auto: muon where its per-step orthogonalisation, timed on this machine "
+        "before the first step, costs under half the step's forward and backward (small batches make it dear), "
+        "else adamw",
         choices=("adamw", "muon", "auto"),
     )
     muon_learning_rate: float = spec(
@@ -126,14 +127,15 @@ class TrainConfig:
     )
     threads: int = spec(
         0,
-        "CPU threads for torch in every command (0: one per core for training, fixed for the whole run, "
+        "CPU threads for torch in every command (0: for training, every core unless fewer time faster "
+        "before the first step, as when another program keeps a core busy; fixed for the whole run, "
         "which a resume continues at; one for sampling a single sample and for trace)",
         minimum=0,
     )
     adaptive_threads: bool = spec(
         False,
-        "with threads = 0: time thread counts before and during training and switch to the fastest (faster "
-        "when another program keeps a core busy); gives up bitwise equality between runs and across a resume",
+        "with threads = 0: time thread counts again during training when steps slow down, and switch to the "
+        "fastest; gives up bitwise equality between runs and across a resume",
     )
     tensorboard: bool = spec(
         False, "also write the logged values as TensorBoard event files in the run folder (the tensorboard extra)"
@@ -145,8 +147,8 @@ class TrainConfig:
     sample_tokens: int = spec(48, "new tokens in each sample during training", minimum=1)
     precision: str = spec(
         "auto",
-        "matmul precision while training: auto (bfloat16 where the hardware has it, "
-        "else float32), float32 or bfloat16; weights stay float32",
+        "matmul precision while training: auto (bfloat16 where it times faster on this machine "
+        "at the model's shapes, else float32), float32 or bfloat16; weights stay float32",
         choices=("auto", "float32", "bfloat16"),
     )
 

@@ -256,8 +256,12 @@ def describe(run_dir: Path, cfg: Config, model: MiniGPT, planned_optimizer: str,
 
 
 def recorded_choices(run_dir: Path) -> tuple[dict[str, Any] | None, int | None]:
-    """What the run's last checkpoint recorded that training chose, and its step (None, None for
-    an import or a run trained before minigpt recorded them). Its tensors are not read."""
+    """What the run's last checkpoint recorded that training chose, with the figures `auto`
+    measured for it under "measured" where it measured any, and its step (None, None for an import
+    or a run trained before minigpt recorded them). Its tensors are not read."""
     payload = load_checkpoint(Path(run_dir) / CHECKPOINT_FILE)
     choices = payload.get("choices")
-    return (dict(choices), payload.get("step")) if isinstance(choices, dict) else (None, None)
+    if not isinstance(choices, dict):
+        return None, None
+    measured = payload.get("measured")  # the figures `auto` measured to choose (training/measured.py)
+    return ({**choices, "measured": measured} if measured else dict(choices)), payload.get("step")

@@ -295,7 +295,32 @@ def _choices_lines(info: Info) -> list[str]:
         f"  optimizer {c['optimizer']} ({asked['optimizer']!r}), precision {c['precision']} ({asked['precision']!r}),",
         f"  {c['threads']} thread{'s' if c['threads'] != 1 else ''} ({asked['threads']}), "
         f"device {c['device']} ({asked['device']!r})",
+        *_measured_lines(c.get("measured")),
     ]
+
+
+def _measured_lines(measured: dict[str, Any] | None) -> list[str]:
+    """The figures `auto` measured before the first step (training/measured.py), where it measured."""
+    if not measured:
+        return []
+    lines = ["  measured on the machine it started on:"]
+    if "matmul" in measured:
+        m = measured["matmul"]
+        rows, inner, outer = m["shape"]
+        lines.append(
+            f"    a [{rows}, {inner}] x [{inner}, {outer}] matmul: float32 {m['float32_gflops']:,.1f} GFLOP/s, "
+            f"bfloat16 {m['bfloat16_gflops']:,.1f}"
+        )
+    timed = measured.get("pass") or {}
+    passes = [f"{p} {timed[f'{p}_s'] * 1e3:.1f} ms" for p in ("float32", "bfloat16") if f"{p}_s" in timed]
+    if passes:
+        lines.append(f"    a {timed['tokens']}-token forward and backward pass: " + ", ".join(passes))
+    if "orthogonalisation_s" in timed:
+        lines.append(
+            f"    Muon's orthogonalisation of every block matrix: {timed['orthogonalisation_s'] * 1e3:.1f} ms, "
+            f"{measured['muon_share']:.0%} of a step's forward and backward"
+        )
+    return lines
 
 
 def _wrap(line: str, indent: int) -> list[str]:

@@ -88,24 +88,29 @@ class BatchedMuon(torch.optim.Muon):
                 loss = closure()
         for index, group in enumerate(self.param_groups):
             lr, momentum, eps = float(group["lr"]), group["momentum"], group["eps"]
-            a, b, c = group["ns_coefficients"]
             for params, buf, tall in self._stacks(index, group):
                 grads = torch.stack([p.grad for p in params])
                 buf.lerp_(grads, 1 - momentum)
                 update = grads.lerp_(buf, momentum) if group["nesterov"] else buf
-                x = update.to(self.ns_dtype)
-                if tall:
-                    x = x.mT
-                x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)
-                for _ in range(group["ns_steps"]):
-                    gram = x @ x.mT
-                    x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-                if tall:
-                    x = x.mT
+                x = orthogonalised(update.to(self.ns_dtype), tall, group["ns_coefficients"], group["ns_steps"], eps)
                 adjusted = muon_lr(lr, group["adjust_lr_fn"], params[0].shape)
                 torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
                 torch._foreach_add_(params, list(x.unbind(0)), alpha=-adjusted)
         return loss
+
+
+def orthogonalised(x: torch.Tensor, tall: bool, coefficients, steps: int, eps: float = 1e-7) -> torch.Tensor:
+    """A stack of updates [n, rows, columns] orthogonalised by `steps` Newton-Schulz iterations with
+    torch.optim.Muon's quintic `coefficients` (a tall stack transposed first, so that the Gram
+    matrix is the small side's). Also what `auto` times (measured.py): the cost Muon adds per step."""
+    a, b, c = coefficients
+    if tall:
+        x = x.mT
+    x = x / torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True).clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.mT
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.mT if tall else x
 
 
 def _adamw(params: list, cfg) -> torch.optim.AdamW:
@@ -162,18 +167,25 @@ def chosen_optimizer(model: MiniGPT, cfg, row_tokens: int | None = None) -> tupl
     )
 
 
-def make_optimizer(model: MiniGPT, cfg, row_tokens: int | None = None) -> torch.optim.Optimizer | Optimizers:
+def make_optimizer(
+    model: MiniGPT, cfg, row_tokens: int | None = None, name: str | None = None, ns_dtype: torch.dtype | None = None
+) -> torch.optim.Optimizer | Optimizers:
     """`adamw`: AdamW for everything. `muon`: Muon (momentum, then each update orthogonalised by
     Newton-Schulz iterations) for the weight matrices inside the blocks, whose updates it keeps
     well spread across directions; AdamW for the two tables, the head, gains and biases. `auto`:
-    one of the two, as `chosen_optimizer` says."""
+    `name` where training measured which (measured.py), else as `chosen_optimizer` says.
+    `ns_dtype`: Muon's iterations' precision where it was measured (None: BatchedMuon's rule)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    if chosen_optimizer(model, cfg, row_tokens)[0] == "adamw":
+    if (name or chosen_optimizer(model, cfg, row_tokens)[0]) == "adamw":
         return _adamw(params, cfg)
     in_blocks = {id(p) for name, p in model.blocks.named_parameters() if p.dim() == 2}
     matrices = [p for p in params if id(p) in in_blocks]
     muon = BatchedMuon(
-        matrices, lr=cfg.muon_learning_rate, weight_decay=cfg.weight_decay, adjust_lr_fn="match_rms_adamw"
+        matrices,
+        lr=cfg.muon_learning_rate,
+        weight_decay=cfg.weight_decay,
+        adjust_lr_fn="match_rms_adamw",
+        ns_dtype=ns_dtype,
     )
     for group in muon.param_groups:
         group["peak_lr"] = cfg.muon_learning_rate  # follows the schedule in proportion

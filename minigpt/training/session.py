@@ -29,7 +29,7 @@ import torch
 
 from .. import memory
 from ..config import Config
-from ..device import check_dtype, default_threads, pick_device, pick_precision, use_threads
+from ..device import check_dtype, default_threads, pick_device, use_threads
 from ..errors import MinigptError
 from ..model import lora
 from ..model.gpt import MiniGPT, Parts, check_context
@@ -40,9 +40,9 @@ from ..text import sources
 from ..text.corpus import Batches, Corpus, load_corpus
 from ..text.examples import ExampleBatches, Examples
 from ..text.tokenizer import TextTokenizer
-from . import checks, distributed, threads
+from . import checks, distributed, measured, threads
 from .distributed import RankLost, World
-from .optimizers import Optimizers, chosen_optimizer, make_optimizer
+from .optimizers import Optimizers, make_optimizer
 from .starting import Origin, model_rows, restore_rng_states, rng_states, starting_point
 
 
@@ -128,6 +128,7 @@ class Session:
     forward_model: Any = None  # what the step calls: the model, or its DistributedDataParallel wrapper
     origin: Origin | None = None  # the run a fine-tune started from; None for fresh weights
     threads: int | None = None  # with [train] threads = 0 on a CPU: the count the run trains at, recorded
+    auto: measured.Auto | None = None  # what `auto` came to and the figures measured for it
 
     def close(self) -> None:
         """Release the run folder for the next writer."""
@@ -182,6 +183,8 @@ class Session:
         if self.threads is not None:  # a resume continues at the count the steps so far ran at
             state["threads"] = self.threads
         state["choices"] = self.choices()  # what `auto` chose, in the run folder whether or not it was said
+        if self.auto is not None and self.auto.figures:
+            state["measured"] = self.auto.figures  # and what it measured to choose so
         return state
 
 
@@ -218,7 +221,9 @@ def build(
     if tc.lora_rank:
         base = payload["lora"]["base"] if payload is not None else asdict(origin)
         lora.attach(model, lora.settings_of(tc, base))
-    optimizer = make_optimizer(model, tc, corpus.row_tokens(cfg.model.context))
+    row_tokens = corpus.row_tokens(cfg.model.context)
+    auto = measured.decide(cfg, model, row_tokens, device, payload, learner=parts is not None)
+    optimizer = make_optimizer(model, tc, row_tokens, auto.optimizer, auto.ns_dtype)
     generator = torch.Generator().manual_seed(tc.seed)
     step = 0
     if payload is not None:
@@ -234,7 +239,6 @@ def build(
     val_windows = corpus.validation_windows(
         cfg.model.context, tc.batch_size, device, world.rank, world.size, tc.eval_batches
     )
-    precision = pick_precision(tc.precision, device, cfg.model.dtype)
     return Session(
         cfg,
         corpus,
@@ -245,10 +249,11 @@ def build(
         train_batches,
         val_windows,
         step,
-        precision,
+        auto.precision,
         resumed=payload is not None,
         world=world,
         forward_model=model,
+        auto=auto,
     )
 
 
@@ -390,9 +395,7 @@ def _prepare(
             f"note: BPE stopped at {corpus.tokenizer.vocab_size} ids, fewer than [tokenizer] vocab_size = "
             f"{cfg.tokenizer.vocab_size}: the training text has no more pairs to merge"
         )
-    said = chosen_optimizer(session.model, tc, corpus.row_tokens(cfg.model.context))[1]
-    if said:
-        notes.append(f"note: {said}")
+    notes += session.auto.notes
     here = default_threads()
     if session.resumed and session.threads not in (None, here) and not tc.adaptive_threads:
         # A run from a machine with other cores: bitwise by default, and the user may prefer speed.
@@ -426,21 +429,12 @@ def _build_checked(
     check_memory(cfg, model_rows(corpus, payload, weights), device)
     use_threads(cfg.train.threads)
     session = build(cfg, corpus, device, payload, world, weights=weights, origin=origin, parts=parts)
-    if cfg.train.threads == 0 and device == "cpu" and not world.distributed:
-        # The count changes the last bits of every step, so a run keeps one: one per core, or the
-        # count its checkpoint records (even on a machine with other cores: bitwise over speed), or
-        # with adaptive_threads the count timed fastest, which the trainer may change (threads.py).
-        cores = default_threads()
-        if payload is not None and "threads" in payload:
-            session.threads = payload["threads"]
-            torch.set_num_threads(session.threads)
-        elif cfg.train.adaptive_threads and cores > 1:
-            session.threads = threads.choose(session.model, session.val_windows[0], session.precision, cores)
-        else:
-            session.threads = cores
     # A learner's module, first: at the run's batch, forward and backward, said as its file's fault.
     exercises.try_training_batch(session.model, session.val_windows, cfg.train.batch_size, session.precision)
     checks.check_first_pass(session.model, session.val_windows, session.precision)
+    if cfg.train.threads == 0 and device == "cpu" and not world.distributed:
+        session.threads, note = threads.starting_count(session, payload, default_threads())
+        session.auto.notes += [note] if note else []
     return session
 
 

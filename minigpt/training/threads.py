@@ -1,20 +1,23 @@
-"""How many CPU threads training uses with `[train] adaptive_threads = true` (and `threads = 0`):
-chosen by timing, not assumed. Without it, `threads = 0` is one thread per core for the whole run.
+"""How many CPU threads training uses with `[train] threads = 0`: chosen by timing, not assumed.
 
 A step on all cores waits, at every operation, for its slowest thread; when another program keeps
 one core busy, the thread sharing that core runs at half speed and the whole step with it, so fewer
-threads can be faster than all of them (docs/guide/performance.md has the figures). So
-before the first step, the session times one forward and backward pass at each candidate count (all cores,
-then fewer) and trains at the fastest; while it trains, the trainer watches its step times and
-times the candidates again when steps slow down (something else started) or, on fewer threads than
-cores, every minute (it may have stopped).
+threads can be faster than all of them (docs/guide/performance.md has the figures). So before the
+first step the session times one forward and backward pass at each candidate count (all cores, then
+fewer) and keeps the fastest for the whole run, fewer than all cores only when they win by
+START_MARGIN: a quiet machine always trains on every core, a busy one on what it gives.
 
 The thread count changes the order of float additions inside matmuls (the last bits of a weight),
-so the count a run trains at is recorded in every checkpoint and a resume continues at it. That is
-why timing is opt-in: which count wins, and when a switch happens, depends on the machine's load
-at that moment, so two fresh runs, or a run killed and resumed (each process times for itself and
-switches at other steps), compute other bits. A fixed `threads = N`, and `threads = 0` without adaptive_threads,
-never change: two fresh runs compute bitwise the same, and so does a resumed one.
+so the count a run trains at is recorded in every checkpoint and a resume continues at it, never
+timing again: a run killed and resumed computes the bits of the uninterrupted one, and two fresh
+runs on a quiet machine (or with a fixed `threads = N`) compute the same bits. Two fresh runs of
+which one started while another program kept a core busy may train at other counts, and then differ
+in the last bits; the start says so in a note.
+
+`adaptive_threads = true` goes further: while it trains, the trainer watches its step times and
+times the candidates again when steps slow down (something else started) or, on fewer threads than
+cores, every minute (it may have stopped), and switches; which count wins, and when, then follows
+the load of the moment, so a resumed run may compute other bits than an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ WINDOW = 16  # steps whose median is compared
 # Tokens per timed pass (whole windows, at least one): enough work to split over the cores, and a
 # fraction of a step at any context (a fixed number of windows would be a whole step at a long one).
 PROBE_TOKENS = 512
+# threads = 0 trains on fewer threads than cores only when they time this much faster before the
+# first step: far above the noise of a quiet machine, far below the x2-x3 of a core kept busy.
+START_MARGIN = 1.3
 ROUNDS = 3  # timed passes per candidate (the fastest counts: a pass is slowed, never sped up, by noise)
 
 
@@ -42,14 +48,26 @@ def candidates(cores: int) -> list[int]:
     return sorted({cores, max(1, cores - 1), max(1, cores // 2), 1}, reverse=True)
 
 
-def fastest(counts: Sequence[int], timed: Callable[[int], float], rounds: int = ROUNDS) -> int:
-    """The count with the shortest best time, the rounds alternating between the counts so that a
-    change in load meanwhile falls on all of them alike. A tie goes to more threads (the first)."""
+def best_times(counts: Sequence[int], timed: Callable[[int], float], rounds: int = ROUNDS) -> dict[int, float]:
+    """Each count's shortest time, the rounds alternating between the counts so that a change in
+    load meanwhile falls on all of them alike."""
     best = {n: float("inf") for n in counts}
     for _ in range(rounds):
         for n in counts:
             best[n] = min(best[n], timed(n))
-    return min(counts, key=lambda n: (best[n], -n))
+    return best
+
+
+def pick(best: dict[int, float], margin: float = 1.0) -> int:
+    """The count with the shortest time, where fewer threads than the most must win by `margin`
+    (their times count `margin` times over). A tie goes to more threads."""
+    most = max(best)
+    return min(best, key=lambda n: (best[n] * (1.0 if n == most else margin), -n))
+
+
+def fastest(counts: Sequence[int], timed: Callable[[int], float], rounds: int = ROUNDS) -> int:
+    """The count with the shortest best time (a tie goes to more threads)."""
+    return pick(best_times(counts, timed, rounds))
 
 
 def timed_pass(
@@ -76,16 +94,53 @@ def timed_pass(
     return timed
 
 
-def choose(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int) -> int:
-    """Time the candidate counts on `batch` and set torch to the fastest. Leaves no trace on the
-    run: the RNG states are restored (dropout draws from them) and the gradients cleared."""
+def timed_counts(
+    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int
+) -> dict[int, float]:
+    """Each candidate count's best time for a pass on the first PROBE_TOKENS of `batch`. Leaves no
+    trace on the run: the RNG states are restored (dropout draws from them) and the gradients cleared."""
     rows = max(1, PROBE_TOKENS // batch[0].shape[1])
     x, y = batch[0][:rows], batch[1][:rows]
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
-        best = fastest(candidates(cores), timed_pass(model, (x, y), precision))
+        best = best_times(candidates(cores), timed_pass(model, (x, y), precision))
     model.zero_grad(set_to_none=True)
+    return best
+
+
+def choose(
+    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int, margin: float = 1.0
+) -> int:
+    """Time the candidate counts on `batch` and set torch to the fastest (fewer than all cores
+    only when faster by `margin`)."""
+    best = pick(timed_counts(model, batch, precision, cores), margin)
     torch.set_num_threads(best)
     return best
+
+
+def starting_count(session, payload: dict | None, cores: int) -> tuple[int, str | None]:
+    """`threads = 0` on a CPU: the count a run trains at, and a note when it is not every core. A
+    resume takes the count its checkpoint records (the steps so far ran at it: bitwise over speed).
+    A fresh run times the candidates once, before the first step, and keeps the winner to its end:
+    all cores unless fewer are START_MARGIN times faster, which on a quiet machine they never are
+    (so two fresh runs there compute the same bits), and which on a machine where another program
+    keeps a core busy they are, by about twice. With adaptive_threads the trainer may time again."""
+    if payload is not None and "threads" in payload:
+        torch.set_num_threads(payload["threads"])
+        return payload["threads"], None
+    if cores == 1:
+        return 1, None
+    if session.cfg.train.adaptive_threads:  # the fastest now; the trainer times again when steps slow
+        return choose(session.model, session.val_windows[0], session.precision, cores), None
+    best = timed_counts(session.model, session.val_windows[0], session.precision, cores)
+    count = pick(best, START_MARGIN)
+    torch.set_num_threads(count)
+    if count == cores:
+        return count, None
+    return count, (
+        f"note: threads = 0: training on {count} of {cores} cores (a pass on {cores} threads took "
+        f"{best[cores] / best[count]:.1f}x as long as on {count}: another program is using this machine); the run "
+        f"keeps {count} to its end and a resume continues at it (set train.threads={cores} to use every core anyway)"
+    )
 
 
 class Watch:

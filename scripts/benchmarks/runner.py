@@ -17,6 +17,7 @@ import benchmarks
 from minigpt.config import load_config
 
 from . import ROOT
+from .auto import auto_benchmark, auto_rows
 from .cli import cli_benchmark, cli_rows
 from .comparison import matmul_peaks, measure_everything
 from .large_data import folder_benchmark, print_folder
@@ -53,6 +54,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only",
         choices=[
+            "auto",
             "folder",
             "cli",
             "quality",
@@ -137,10 +139,15 @@ def measure_alone(args: argparse.Namespace, report: dict, row, env: dict, scratc
         report["matmul_gflops"] = matmul_peaks()
     elif args.only == "patching":
         report["matmul_gflops"] = {"float32": round(matmul_peak(torch.float32))}
-    nano = NanoGPT(args.nanogpt.resolve(), scratch, env) if args.nanogpt and args.only in ("cli", "quality") else None
+    nano = (
+        NanoGPT(args.nanogpt.resolve(), scratch, env)
+        if args.nanogpt and args.only in ("auto", "cli", "quality")
+        else None
+    )
     llama_folder = args.llama_folder.resolve() if args.llama_folder else None
     parts = {
         "folder": (lambda: folder_benchmark(args.folder_files, args.folder_mb, args.config, env), None),
+        "auto": (lambda: auto_benchmark(args.config, nano, env, scratch), auto_rows),
         "cli": (lambda: cli_benchmark(args.config, nano, env, scratch, report["matmul_gflops"], threads), cli_rows),
         "quality": (lambda: time_to_quality(args.config, nano, env, scratch), quality_rows),
         "versions": (lambda: versions_benchmark(args.against, env, scratch), versions_rows),
