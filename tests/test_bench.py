@@ -86,6 +86,7 @@ def test_the_folder_benchmark_writes_distinct_files_and_measures_each_process_al
     assert big["peak_rss_mb"] >= 190 and small["peak_rss_mb"] < 100  # the second is not the first's maximum
 
 
+@pytest.mark.slow  # seconds of real work: the full suite (and .ci/run) runs it
 def test_time_to_quality_stops_at_the_first_evaluation_that_reaches_the_target(bench, tiny_config, tmp_path):
     import os
 
@@ -100,6 +101,7 @@ def test_time_to_quality_stops_at_the_first_evaluation_that_reaches_the_target(b
     assert missed["val_bpb"] == min(bpb for _, _, bpb in missed["evaluations"])
 
 
+@pytest.mark.slow  # seconds of real work: the full suite (and .ci/run) runs it
 def test_the_versions_children_time_this_checkouts_step_and_api_sampling(bench, tiny_text, tmp_path):
     """`--only versions` measures each checkout in child processes that import it by path: here,
     this checkout's own training step and sampling through its API."""
@@ -133,6 +135,7 @@ def test_the_versions_children_time_this_checkouts_step_and_api_sampling(bench, 
     assert json.loads(sample.stdout.splitlines()[-1])["tokens_per_s"] > 0
 
 
+@pytest.mark.slow  # seconds of real work: the full suite (and .ci/run) runs it
 def test_the_large_text_child_prepares_the_text_and_takes_a_first_step(bench, tiny_text, tmp_path):
     """The child process the 100 MB figure is timed in, on a small text: it imports this checkout's
     modules and reports each moment it times."""
@@ -209,6 +212,7 @@ def test_the_llama_section_runs_both_systems_greedily_on_the_same_folder(bench, 
     assert "same tokens" in rows[0][0] and rows[0][4] == ">= 1.5x"
 
 
+@pytest.mark.slow  # seconds of real work: the full suite (and .ci/run) runs it
 def test_the_import_memory_section_measures_each_import_alone_and_deletes_what_it_wrote(bench, tmp_path):
     """`--only llama-memory` on a tiny bfloat16 folder: the import's own peak memory, the model's
     float32 size from the file's headers, and nothing left behind."""
@@ -233,6 +237,7 @@ def test_the_import_memory_section_measures_each_import_alone_and_deletes_what_i
     assert not built[0].exists() and not (tmp_path / "tiny-run").exists()
 
 
+@pytest.mark.slow  # seconds of real work: the full suite (and .ci/run) runs it
 def test_the_script_measures_one_part_alone_and_prints_a_saved_report(bench, tiny_config, tmp_path):
     """`python scripts/bench.py --only folder`, small and on the tiny config: that part alone, its
     scratch folders removed, its line printed and the JSON report written with the machine; then

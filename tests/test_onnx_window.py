@@ -95,6 +95,7 @@ def test_the_export_is_cached_and_keyed_by_the_weights(monkeypatch, isolated_cac
         onnx_window.WindowRuntime(fold_norms(model_of(seed=1)), 1)  # other weights: another graph
 
 
+@pytest.mark.slow  # seconds of real work: the full suite (and .ci/run) runs it
 def test_minigpt_sample_with_the_runtime_prints_what_torch_prints_and_nothing_else(tmp_path, minigpt_process):
     # real processes: the exporter logs through torch's own handlers, which only a process's real
     # stderr shows; the first call exports (nothing of it may reach the user), the second reads the cache

@@ -28,3 +28,10 @@ class SampleConfig:
         "extra: the same graph, exported by torch, with less cost per operation on the CPU)",
         choices=("torch", "onnxruntime"),
     )
+    precision: str = spec(
+        "float32",
+        "the matrices the KV-cache steps multiply by: float32 (the model's own numbers), or bfloat16 "
+        "(a copy of them in bfloat16: half the bytes a token reads, faster where memory bounds a large "
+        "model's steps, and no longer float32's numbers; the full windows past the table stay float32)",
+        choices=("float32", "bfloat16"),
+    )

@@ -31,6 +31,7 @@ run the model itself.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -86,23 +87,24 @@ def fold_norms(model: MiniGPT) -> MiniGPT:
     return lean(folded.requires_grad_(False))
 
 
-def lean(model: nn.Module) -> nn.Module:
+def lean(model: nn.Module, linear: Callable[[nn.Linear, Tensor], Tensor] | None = None) -> nn.Module:
     """`model` (in place) with every module of it called straight through its own `forward`, its
-    hooks never consulted: only for a model nobody else holds."""
+    hooks never consulted: only for a model nobody else holds. `linear`: what a Linear computes
+    instead of F.linear on its parameters (the decoding copy's bfloat16 product)."""
     classes: dict[type, type] = {}
     for module in model.modules():
         cls = type(module)
         if cls not in classes:
-            classes[cls] = _lean_class(cls)
+            classes[cls] = _lean_class(cls, linear or _linear)
         module.__class__ = classes[cls]
     return model
 
 
-def _lean_class(cls: type) -> type:
-    """`cls` itself, but called without nn.Module's hook machinery (a Linear: F.linear on its own
-    parameters). The forward that runs is `cls`'s own, as it is when the copy is made: nothing is
-    computed another way."""
-    forward = _linear if issubclass(cls, nn.Linear) else cls.forward
+def _lean_class(cls: type, linear: Callable[[nn.Linear, Tensor], Tensor]) -> type:
+    """`cls` itself, but called without nn.Module's hook machinery (a Linear: `linear`, by default
+    F.linear on its own parameters). The forward that runs is `cls`'s own, as it is when the copy
+    is made: nothing is computed another way."""
+    forward = linear if issubclass(cls, nn.Linear) else cls.forward
     # `module(x)` is then `forward(module, x)`: not even a frame between the call and the forward
     body = {"__call__": forward, "forward": forward, "lean": True}
     return type(cls.__name__, (cls,), {**body, "__module__": cls.__module__, "__qualname__": cls.__qualname__})

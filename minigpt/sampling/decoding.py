@@ -24,9 +24,11 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..device import available_memory
+from ..errors import MinigptError
 from ..model import lora
 from ..model.fold import lean
 from ..model.gpt import MiniGPT
@@ -67,20 +69,57 @@ def decodable(model: nn.Module) -> str | None:
     return None
 
 
-def decoding_copy(model: MiniGPT) -> MiniGPT:
+def decoding_copy(model: MiniGPT, dtype: torch.dtype | None = None) -> MiniGPT:
     """A copy of `model` computing the same forward, each Linear's weight stored [in, out] (as the
     [out, in] view of that), everything else shared, called without hooks (fold.lean). Same
-    device, dtype and mode; the new weights take no gradients (the shared parameters are untouched)."""
+    device, dtype and mode; the new weights take no gradients (the shared parameters are untouched).
+    `dtype` (bfloat16, `[sample] precision`): the matrices copied in that dtype instead, as [out, in]
+    (where the one-row bfloat16 product runs faster), each product taken in it and its result
+    widened back (`_narrow_linear`): half the bytes a step reads, other numbers than the model's."""
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     with torch.no_grad():
         relaid = {}  # one new matrix per distinct weight (a tied head's is the table's: copied for the head)
         for _, m in linears:
             w = m.weight
-            if id(w) not in relaid:  # one stored that way already is shared, not copied
+            if id(w) in relaid:
+                continue
+            if dtype is not None:
+                relaid[id(w)] = nn.Parameter(w.detach().to(dtype).contiguous(), requires_grad=False)
+            else:  # one stored that way already is shared, not copied
                 relaid[id(w)] = w if laid_out(w) else nn.Parameter(w.detach().T.contiguous().T, requires_grad=False)
     # deepcopy finds every parameter in its memo, so nothing is copied: the Linears' weights are
     # the model's own until replaced below, and the token table keeps its row layout for lookups
     decoder = copy.deepcopy(model, {id(p): p for p in model.parameters()})
     for name, m in linears:
         decoder.get_submodule(name).weight = relaid[id(m.weight)]
-    return lean(decoder)
+    return lean(decoder, None if dtype is None else _narrow_linear)
+
+
+def _narrow_linear(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """x W^T + b with W in a narrower dtype than x: the product in W's dtype, widened back, then
+    the bias (kept in the model's dtype) added."""
+    parameters = self._parameters
+    weight, bias = parameters["weight"], parameters["bias"]
+    y = F.linear(x.to(weight.dtype), weight).to(x.dtype)
+    return y if bias is None else y + bias
+
+
+def check_precision(model: nn.Module, precision: str) -> None:
+    """`[sample] precision = "bfloat16"` runs the cached steps on a bfloat16 decoding copy: refused,
+    saying why, for a model that is not float32 or that cannot be copied (`decodable`)."""
+    if precision == "float32":
+        return
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        raise MinigptError(
+            '[sample] precision = "bfloat16" narrows a float32 model\'s matrices, and this model is {dtype}; '
+            'leave precision = "float32" (its own numbers)',
+            dtype=str(dtype).removeprefix("torch."),
+        )
+    why = decodable(model)
+    if why is not None:
+        raise MinigptError(
+            '[sample] precision = "bfloat16" runs the cached steps on a bfloat16 copy of the model, which '
+            'this one cannot have: {why}; leave precision = "float32"',
+            why=why,
+        )

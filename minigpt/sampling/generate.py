@@ -157,6 +157,8 @@ class Generation:
         """The model the cached steps run: its decoding copy (decoding.py: each matrix stored the way a
         one-row product reads it fastest) when at least `decoding.WORTH_STEPS` of them will read it and the
         model may be copied, else the model itself."""
+        if self.settings.precision == "bfloat16":  # asked for: whatever the steps (generate checked it can be)
+            return decoding.decoding_copy(self.model, torch.bfloat16)
         if self.fast_path and steps >= decoding.WORTH_STEPS and decoding.decodable(self.model) is None:
             return decoding.decoding_copy(self.model)
         return self.model
@@ -222,6 +224,7 @@ def generate(
     `use_cache=False` recomputes the whole window every step: the reference the KV cache must match.
     `fast_path=False` makes every step run the model itself, never its folded or decoding copy.
     `runtime = "onnxruntime"` runs the full windows past the table on onnxruntime (onnx_window.py).
+    `precision = "bfloat16"` runs the KV-cache steps on a bfloat16 decoding copy (decoding.py).
     `writable`: how many ids the tokenizer can write, when the model has more rows than that
     (nanoGPT pads GPT-2's 50,257 ids to 50,304 rows): only those ids are ever drawn, the
     distribution normalised over them. `reading`: how the model is read (Reading; by default its
@@ -245,6 +248,7 @@ def generate(
     check_token_ids(prompt.flatten(), model.vocab_size)  # before any work
     # a text that would grow past a sliding window: refused before the first token, not partway
     reading.refuse_sample(prompt.shape[1], settings.max_new_tokens, settings.slide)
+    decoding.check_precision(model, settings.precision)  # before anything is computed
     return Generation(
         model,
         prompt.contiguous(),

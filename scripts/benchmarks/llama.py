@@ -102,7 +102,13 @@ def llama_sampling(run_dir: Path, folder: Path, new_tokens: int, rounds: int, th
         ids = torch.cat([step.tokens for step in steps]).tolist()
         return ids, time.perf_counter() - started
 
+    def minigpt_bfloat16(threads: int, tokens: int) -> tuple[list[int], float]:
+        # [sample] precision = "bfloat16": the cached steps on a bfloat16 copy (other numbers)
+        result = runs[threads].samples(prompt, max_new_tokens=tokens, greedy=True, precision="bfloat16")[0]
+        return result.token_ids, result.seconds
+
     systems = {"minigpt": minigpt_sample, "minigpt_model_itself": minigpt_model_itself}
+    systems["minigpt_bfloat16"] = minigpt_bfloat16
     systems["transformers"] = transformers_generate
     for threads in thread_counts:  # kernels and allocator warmed outside the clock
         for measure in systems.values():
@@ -125,6 +131,8 @@ def llama_sampling(run_dir: Path, folder: Path, new_tokens: int, rounds: int, th
         out[f"threads_{threads}"] = {
             "minigpt_tokens_per_s": round(len(mine) / best["minigpt", threads], 2),
             "minigpt_model_itself_tokens_per_s": round(new_tokens / best["minigpt_model_itself", threads], 2),
+            "minigpt_bfloat16_tokens_per_s": round(new_tokens / best["minigpt_bfloat16", threads], 2),
+            "minigpt_bfloat16_same_tokens": tokens["minigpt_bfloat16", threads] == theirs,
             "transformers_tokens_per_s": round(len(theirs) / best["transformers", threads], 2),
             "ratio": round(best["transformers", threads] / best["minigpt", threads], 2),
             "same_tokens": differs is None,
@@ -207,6 +215,15 @@ def llama_rows(llama: dict, row) -> None:
             "tokens/s",
             "",
         )
+        if "minigpt_bfloat16_tokens_per_s" in figures:
+            agrees = "the same greedy tokens" if figures["minigpt_bfloat16_same_tokens"] else "other greedy tokens"
+            row(
+                f'the same, {threads} thread(s), [sample] precision = "bfloat16" (not float32\'s numbers: {agrees})',
+                figures["minigpt_bfloat16_tokens_per_s"],
+                figures["transformers_tokens_per_s"],
+                "tokens/s",
+                ">= 1.5x",
+            )
     row(f"`minigpt import hf`, {llama['model']}, start to exit (s; peak {llama['import']['peak_rss_gib']} GiB)",
         llama["import"]["wall_s"], None, "s", "")  # fmt: skip
     p = llama["patch"]
