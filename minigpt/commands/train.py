@@ -147,19 +147,22 @@ def _announce(session, quiet: bool) -> None:
         f"minigpt train: {sizes}, {corpus.summary} "
         f"({corpus.tokenizer.vocab_size} ids), "
         f"{session.tokens_per_step:,} tokens/step, steps {session.step}->{tc.steps} on {session.device} "
-        f"({_chosen(session.choices(), tc.threads == 0)}), about {estimate}; run folder {session.cfg.run_dir}"
+        f"({_chosen(session.choices(), tc.threads == 0, session.resumed)}), about {estimate}; run folder "
+        f"{session.cfg.run_dir}"
     )
 
 
-def _chosen(choices: dict, timed: bool = False) -> str:
+def _chosen(choices: dict, timed: bool = False, resumed: bool = False) -> str:
     """What the optimizer, precision and threads came to ("auto" and "threads = 0" resolved; every
     checkpoint records them, so `minigpt info` says them for a run trained with --quiet too).
-    `timed`: threads = 0, whose count a busy machine can make fewer than its cores."""
+    `timed`: threads = 0, whose count a busy machine can make fewer than its cores; `resumed`: the
+    count is then the one the checkpoint records, not a new timing."""
     from ..device import default_threads
 
     n, cores = choices["threads"], default_threads()
     threads = f", {n} thread{'s' if n != 1 else ''}" if choices["device"] == "cpu" else ""
-    threads += f" of {cores} cores (the machine is busy)" if threads and timed and n < cores else ""
+    why = "kept from its checkpoint" if resumed else "the machine is busy"
+    threads += f" of {cores} cores ({why})" if threads and timed and n < cores else ""
     return f"{choices['optimizer']}, {choices['precision']} matmuls{threads}"
 
 

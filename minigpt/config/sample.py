@@ -30,8 +30,9 @@ class SampleConfig:
     )
     precision: str = spec(
         "float32",
-        "the matrices the KV-cache steps multiply by: float32 (the model's own numbers), or bfloat16 "
-        "(a copy of them in bfloat16: half the bytes a token reads, faster where memory bounds a large "
-        "model's steps, and no longer float32's numbers; the full windows past the table stay float32)",
+        "the matrices each new token is multiplied by while the text fits the model's context: float32 "
+        "(the default: the model's own numbers), or bfloat16 (a bfloat16 copy: half the bytes a token "
+        "reads, so a large imported model samples faster; no faster on a small one; the logits are no "
+        "longer float32's); a model that is not float32 is refused",
         choices=("float32", "bfloat16"),
     )

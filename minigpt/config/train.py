@@ -127,8 +127,8 @@ class TrainConfig:
     )
     threads: int = spec(
         0,
-        "CPU threads for torch in every command (0: for training, every core unless fewer time faster "
-        "before the first step, as when another program keeps a core busy; fixed for the whole run, "
+        "CPU threads for torch in every command (0: for training, every core unless fewer time 1.3x "
+        "faster before the first step, as when another program keeps a core busy; fixed for the whole run, "
         "which a resume continues at; one for sampling a single sample and for trace)",
         minimum=0,
     )

@@ -15,10 +15,13 @@ its share of the arithmetic says. So before the first step a CPU run times, on t
   MUON_MAX_SHARE of the step (its fewer steps to a given loss pay for that much; see
   docs/guide/performance.md).
 
-Each measurement is a fraction of a second, and is cached per machine (CPU model and flags,
-oneDNN's ISA cap), torch version, thread count and shape under the cache folder
-(MINIGPT_CACHE, else ~/.cache/minigpt) in `measured/`: the first figures written are kept, so every
-later run on this machine, and every process racing to write them, decides the same. A run records
+Everything is timed on one thread (`_one_thread`: another program keeping a core busy then barely
+moves the figures) in a fraction of a second, and cached per machine (CPU model and flags, oneDNN's
+ISA cap), torch version and shape under the cache folder (MINIGPT_CACHE, else ~/.cache/minigpt) in
+`measured/`: the first figures written are kept, so every later run on this machine, and every
+process racing to write them, decides the same. Figures taken while the load changed (a timer's
+rounds spread past UNSTEADY) decide that run alone and are not kept; deleting `measured/` makes
+the next run measure again. A run records
 what it chose and the figures in every checkpoint (`minigpt info` shows them), and a resume takes the
 recorded choice, never a new measurement: the bits of a resumed run are those of an uninterrupted one.
 
@@ -36,7 +39,8 @@ import platform
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,7 @@ from .threads import timed_pass
 MARGIN = 1.25  # bfloat16 matmuls this much faster than float32 count as fast (timer noise never decides)
 PROBE_TOKENS = 512  # tokens of the timed forward and backward pass (whole rows, at least one)
 ROUNDS = 3  # timed rounds of each measurement after a warm-up; the fastest counts (noise only slows)
+UNSTEADY = 1.5  # a middle round this much slower than the fastest: the load changed while measuring
 FORMAT = 1  # bump when the cached figures' meaning changes
 # The environment that changes which kernels run (and so the figures) on the same CPU and torch.
 KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_DEFAULT_FPMATH_MODE")
@@ -87,7 +92,13 @@ def decide(cfg, model: MiniGPT, row_tokens: int, device: str, payload: dict | No
     here = device == "cpu" and dtype == "float32" and not os.environ.get(BFLOAT16_OVERRIDE)
     if not here or tc.lora_rank or (tc.precision != "auto" and tc.optimizer == "adamw"):
         return Auto(pick_precision(tc.precision, device, dtype), flop_rule[0], notes=said)
-    auto = Auto(pick_precision(tc.precision, device, dtype), tc.optimizer)
+    with _one_thread():  # see _one_thread: another program's load then barely moves the figures
+        return _measured(cfg, model, row_tokens, learner, tokens, flop_rule, said)
+
+
+def _measured(cfg, model: MiniGPT, row_tokens: int, learner: bool, tokens: int, flop_rule, said: list[str]) -> Auto:
+    tc, dtype = cfg.train, cfg.model.dtype
+    auto = Auto(pick_precision(tc.precision, "cpu", dtype), tc.optimizer)
     width = _widest(model, cfg.model.n_embd)
     matmul, cached = _cached("matmul", {"width": width}, lambda: matmul_rates(*width))
     auto.figures["matmul"] = matmul
@@ -110,7 +121,7 @@ def decide(cfg, model: MiniGPT, row_tokens: int, device: str, payload: dict | No
             "shapes": sorted((shapes or {}).items()),
             "dtype": str(auto.ns_dtype),
         }
-        timed, _ = _cached(
+        timed, step_cached = _cached(
             "step", settings, lambda: step_seconds(model, rows, row_tokens, precisions, shapes, auto.ns_dtype)
         )
         auto.figures["pass"] = timed
@@ -122,12 +133,36 @@ def decide(cfg, model: MiniGPT, row_tokens: int, device: str, payload: dict | No
             auto.optimizer = flop_rule[0]
             auto.notes += said
         else:
-            auto.optimizer, note = _muon_or_adamw(auto, tokens)
+            auto.optimizer, note = _muon_or_adamw(auto, tokens, step_cached)
             auto.notes.append(note)
     return auto
 
 
-def _muon_or_adamw(auto: Auto, tokens: int) -> tuple[str, str]:
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Measure on one thread, whatever the run trains on. A pass on every core waits at each
+    operation for its slowest thread, so another program keeping one core busy would slow every
+    figure by whatever that program happened to do; one thread runs on a core of its own. What
+    `auto` compares are ratios (bfloat16 to float32, Muon to the step), which one thread gives as
+    every core does."""
+    was = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(was)
+
+
+def _where(cached: bool, figures: dict[str, Any]) -> str:
+    """How the figures were come by, for the notes."""
+    if cached:
+        return "measured on this machine before, on one thread"
+    if figures.get("steady") is False:
+        return "measured here on one thread while the machine's load changed: kept for this run only"
+    return "measured here on one thread"
+
+
+def _muon_or_adamw(auto: Auto, tokens: int, cached: bool) -> tuple[str, str]:
     timed = auto.figures["pass"]
     step_s = timed[f"{auto.precision}_s"] * tokens / timed["tokens"]
     ortho_s = timed["orthogonalisation_s"]
@@ -135,23 +170,22 @@ def _muon_or_adamw(auto: Auto, tokens: int) -> tuple[str, str]:
     name = "muon" if share < MUON_MAX_SHARE else "adamw"
     auto.figures["muon_share"] = round(share, 4)
     return name, (
-        f'note: optimizer = "auto": {name} (Muon\'s orthogonalisation measured at {share:.0%} of a {tokens:,}-token '
-        f"step's forward and backward here ({ortho_s * 1e3:.1f} ms against {step_s * 1e3:.1f} ms); it is "
-        f"taken under {MUON_MAX_SHARE:.0%})"
+        f'note: optimizer = "auto": {name} (Muon\'s orthogonalisation costs {share:.0%} of a {tokens:,}-token '
+        f"step's forward and backward, {ortho_s * 1e3:.1f} ms against {step_s * 1e3:.1f} ms, {_where(cached, timed)}; "
+        f"Muon is taken under {MUON_MAX_SHARE:.0%})"
     )
 
 
 def _precision_note(auto: Auto, cached: bool) -> str:
     m = auto.figures["matmul"]
     said = (
-        f'note: precision = "auto": {auto.precision} (measured {"on this machine before" if cached else "here"}: '
-        f"bfloat16 matmuls at {m['bfloat16_gflops']:,.1f} GFLOP/s against float32's {m['float32_gflops']:,.1f} at "
-        f"this model's width"
+        f'note: precision = "auto": {auto.precision} ({_where(cached, m)}: matmuls at this model\'s width '
+        f"bfloat16 {m['bfloat16_gflops']:,.1f} GFLOP/s, float32 {m['float32_gflops']:,.1f}"
     )
     timed = auto.figures.get("pass")
     if timed and "bfloat16_s" in timed and "float32_s" in timed:
         bf16, f32 = timed["bfloat16_s"] * 1e3, timed["float32_s"] * 1e3
-        said += f"; a {timed['tokens']}-token forward and backward pass {bf16:.1f} ms against {f32:.1f} ms"
+        said += f"; a {timed['tokens']}-token forward and backward pass bfloat16 {bf16:.1f} ms, float32 {f32:.1f} ms"
     return said + ")"
 
 
@@ -178,8 +212,10 @@ def matmul_rates(inner: int, outer: int) -> dict[str, Any]:
     pairs = {
         name: (a.to(dtype), b.to(dtype)) for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))
     }
-    best = _alternating({name: _timer(lambda x=x, y=y: x @ y) for name, (x, y) in pairs.items()}, rounds=5)
-    return {"shape": [rows, inner, outer], **{f"{name}_gflops": round(flops / s / 1e9, 2) for name, s in best.items()}}
+    timers = {name: _timer(lambda x=x, y=y: x @ y) for name, (x, y) in pairs.items()}
+    best, steady = _alternating(timers, rounds=5)
+    rates = {f"{name}_gflops": round(flops / s / 1e9, 2) for name, s in best.items()}
+    return {"shape": [rows, inner, outer], **rates, "steady": steady}
 
 
 def step_seconds(
@@ -208,9 +244,9 @@ def step_seconds(
             lambda: [orthogonalised(s, s.shape[1] > s.shape[2], *ns) for s in stacks]
         )
     with torch.random.fork_rng(devices=[]):
-        best = _alternating(timers)
+        best, steady = _alternating(timers)
     model.zero_grad(set_to_none=True)
-    return {"tokens": rows * row_tokens, **{name: round(s, 6) for name, s in best.items()}}
+    return {"tokens": rows * row_tokens, **{name: round(s, 6) for name, s in best.items()}, "steady": steady}
 
 
 def _widest(model: MiniGPT, n_embd: int) -> tuple[int, int]:
@@ -226,15 +262,19 @@ def block_matrix_shapes(model: MiniGPT) -> Counter:
     return Counter(tuple(p.shape) for p in model.blocks.parameters() if p.dim() == 2 and p.requires_grad)
 
 
-def _alternating(timers: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, float]:
-    """Each timer's fastest of `rounds` rounds after a warm-up, the rounds alternating between them."""
+def _alternating(timers: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> tuple[dict[str, float], bool]:
+    """Each timer's fastest of `rounds` rounds after a warm-up, the rounds alternating between them,
+    and whether the machine held steady meanwhile: every timer's middle round within UNSTEADY times
+    its fastest (another program starting or stopping spreads them far wider than noise does)."""
     for once in timers.values():
         once()  # warm-up: the first call allocates, packs weights and resizes the thread pool
-    best = {name: float("inf") for name in timers}
+    times: dict[str, list[float]] = {name: [] for name in timers}
     for _ in range(rounds):
         for name, once in timers.items():
-            best[name] = min(best[name], once())
-    return best
+            times[name].append(once())
+    best = {name: min(t) for name, t in times.items()}
+    steady = all(sorted(t)[len(t) // 2] <= UNSTEADY * min(t) for t in times.values())
+    return best, steady
 
 
 def _timer(work: Callable[[], Any]) -> Callable[[], float]:
@@ -278,7 +318,9 @@ def _model_key(model_cfg, model: MiniGPT) -> str:
 
 def _cached(kind: str, settings: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
     """`measure()`'s figures for `settings` on this machine, from the cache when they were measured
-    before (then True): the first figures written for a key are kept, by every process."""
+    before (then True): the first figures written for a key are kept, by every process, unless
+    they were taken while the machine's load changed (`steady` false): those decide this run
+    alone, and the next run measures again."""
     described = {"kind": kind, "format": FORMAT, "machine": _machine(), **settings}
     key = hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:24]
     path = cache_root() / "measured" / f"{kind}-{key}.json"
@@ -287,7 +329,10 @@ def _cached(kind: str, settings: dict[str, Any], measure: Callable[[], dict[str,
     figures = _read(path)
     cached = figures is not None or key in _memo
     if figures is None:
-        figures = _keep_first(path, _memo[key] if key in _memo else measure())
+        figures = _memo[key] if key in _memo else measure()
+        if figures.get("steady") is False:  # taken while the load changed: used once, never kept
+            return figures, False
+        figures = _keep_first(path, figures)
     _memo[key] = figures
     return figures, cached
 
