@@ -6,6 +6,7 @@ how busy the machine running the tests is. (tests/test_reproducible.py kills a d
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import pytest
 import torch
@@ -33,6 +34,13 @@ def test_the_fastest_count_wins_and_a_tie_keeps_more_threads():
     quiet = {2: 0.07, 1: 0.12}
     assert threads.fastest([2, 1], quiet.__getitem__) == 2
     assert threads.fastest([2, 1], {2: 0.1, 1: 0.1}.__getitem__) == 2
+
+
+def test_before_the_first_step_each_count_is_judged_by_its_middle_round():
+    # a core kept busy: one 2-thread round ran while the other program was off its core
+    times = {2: iter([0.07, 0.30, 0.31, 0.29, 0.30]), 1: iter([0.12] * 5)}
+    best = threads.best_times([2, 1], lambda n: next(times[n]), 5, statistics.median)
+    assert best == {2: 0.30, 1: 0.12} and threads.pick(best, threads.START_MARGIN) == 1
 
 
 def test_each_count_is_judged_by_its_best_round():
@@ -122,7 +130,7 @@ def given_times(monkeypatch, times: dict[int, float]) -> list[int]:
     """threads.timed_counts answers `times` (seconds of a pass per count); the list records each call's cores."""
     asked = []
 
-    def timed_counts(model, batch, precision, cores):
+    def timed_counts(model, batch, precision, cores, rounds=threads.ROUNDS, statistic=min):
         asked.append(cores)
         return dict(times)
 

@@ -40,6 +40,7 @@ PROBE_TOKENS = 512
 # threads = 0 trains on fewer threads than cores only when they time this much faster before the
 # first step: far above the noise of a quiet machine, far below the x2-x3 of a core kept busy.
 START_MARGIN = 1.3
+START_ROUNDS = 5  # rounds per count before the first step, judged by their median
 ROUNDS = 3  # timed passes per candidate (the fastest counts: a pass is slowed, never sped up, by noise)
 
 
@@ -48,14 +49,19 @@ def candidates(cores: int) -> list[int]:
     return sorted({cores, max(1, cores - 1), max(1, cores // 2), 1}, reverse=True)
 
 
-def best_times(counts: Sequence[int], timed: Callable[[int], float], rounds: int = ROUNDS) -> dict[int, float]:
-    """Each count's shortest time, the rounds alternating between the counts so that a change in
-    load meanwhile falls on all of them alike."""
-    best = {n: float("inf") for n in counts}
+def best_times(
+    counts: Sequence[int],
+    timed: Callable[[int], float],
+    rounds: int = ROUNDS,
+    statistic: Callable[[list[float]], float] = min,
+) -> dict[int, float]:
+    """Each count's time over `rounds` rounds (its shortest, or `statistic` of them), the rounds
+    alternating between the counts so that a change in load meanwhile falls on all of them alike."""
+    times: dict[int, list[float]] = {n: [] for n in counts}
     for _ in range(rounds):
         for n in counts:
-            best[n] = min(best[n], timed(n))
-    return best
+            times[n].append(timed(n))
+    return {n: statistic(t) for n, t in times.items()}
 
 
 def pick(best: dict[int, float], margin: float = 1.0) -> int:
@@ -95,14 +101,20 @@ def timed_pass(
 
 
 def timed_counts(
-    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int
+    model: torch.nn.Module,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    precision: str,
+    cores: int,
+    rounds: int = ROUNDS,
+    statistic: Callable[[list[float]], float] = min,
 ) -> dict[int, float]:
-    """Each candidate count's best time for a pass on the first PROBE_TOKENS of `batch`. Leaves no
-    trace on the run: the RNG states are restored (dropout draws from them) and the gradients cleared."""
+    """Each candidate count's time (`statistic` of `rounds` rounds) for a pass on the first
+    PROBE_TOKENS of `batch`. Leaves no trace on the run: the RNG states are restored (dropout draws
+    from them) and the gradients cleared."""
     rows = max(1, PROBE_TOKENS // batch[0].shape[1])
     x, y = batch[0][:rows], batch[1][:rows]
     with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
-        best = best_times(candidates(cores), timed_pass(model, (x, y), precision))
+        best = best_times(candidates(cores), timed_pass(model, (x, y), precision), rounds, statistic)
     model.zero_grad(set_to_none=True)
     return best
 
@@ -131,7 +143,11 @@ def starting_count(session, payload: dict | None, cores: int) -> tuple[int, str 
         return 1, None
     if session.cfg.train.adaptive_threads:  # the fastest now; the trainer times again when steps slow
         return choose(session.model, session.val_windows[0], session.precision, cores), None
-    best = timed_counts(session.model, session.val_windows[0], session.precision, cores)
+    # The median of START_ROUNDS: a pass on every core that happens to run while the other program
+    # is off its core is fast, so the fastest round could hide the busy core (it did, one run in three).
+    best = timed_counts(
+        session.model, session.val_windows[0], session.precision, cores, START_ROUNDS, statistics.median
+    )
     count = pick(best, START_MARGIN)
     torch.set_num_threads(count)
     if count == cores:
