@@ -49,7 +49,7 @@ def _umask() -> int:
     return umask
 
 
-def _creation_mode() -> int:
+def creation_mode() -> int:
     """The mode `open()` would give a new file (0o666 less the umask)."""
     return 0o666 & ~_umask()
 
@@ -59,7 +59,7 @@ def atomic_write(path: Path, write: Callable[[Any], None], binary: bool = False)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(tmp, _creation_mode())  # mkstemp makes 0600; give the file the mode open() would
+        os.chmod(tmp, creation_mode())  # mkstemp makes 0600; give the file the mode open() would
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()

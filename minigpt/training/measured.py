@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from ..device import BFLOAT16_OVERRIDE, pick_precision
+from ..io import creation_mode
 from ..model.gpt import MiniGPT
 from ..text.token_cache import cache_root
 from .optimizers import MUON_MAX_SHARE, chosen_optimizer, orthogonalised
@@ -351,6 +352,7 @@ def _keep_first(path: Path, figures: dict[str, Any]) -> dict[str, Any]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.chmod(tmp, creation_mode())  # mkstemp makes 0600; the mode open() would give, as the token cache's
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(figures, f)
