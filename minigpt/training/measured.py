@@ -52,7 +52,7 @@ from ..io import creation_mode
 from ..model.gpt import MiniGPT
 from ..text.token_cache import cache_root
 from .optimizers import MUON_MAX_SHARE, chosen_optimizer, orthogonalised
-from .threads import timed_pass
+from .threads import alternating_rounds, timed_pass
 
 MARGIN = 1.25  # bfloat16 matmuls this much faster than float32 count as fast (timer noise never decides)
 PROBE_TOKENS = 512  # tokens of the timed forward and backward pass (whole rows, at least one)
@@ -269,10 +269,7 @@ def _alternating(timers: dict[str, Callable[[], float]], rounds: int = ROUNDS) -
     its fastest (another program starting or stopping spreads them far wider than noise does)."""
     for once in timers.values():
         once()  # warm-up: the first call allocates, packs weights and resizes the thread pool
-    times: dict[str, list[float]] = {name: [] for name in timers}
-    for _ in range(rounds):
-        for name, once in timers.items():
-            times[name].append(once())
+    times = alternating_rounds(timers, rounds)
     best = {name: min(t) for name, t in times.items()}
     steady = all(sorted(t)[len(t) // 2] <= UNSTEADY * min(t) for t in times.values())
     return best, steady

@@ -25,11 +25,15 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import TypeVar
 
 import torch
 
 from ..device import autocast
+
+K = TypeVar("K")  # what names a timer: a thread count, a precision
 
 SLOWER = 1.4  # steps this much slower than when the count was chosen: time the candidates again
 RECHECK_S = 60.0  # on fewer threads than cores, time the candidates again this often
@@ -55,13 +59,20 @@ def best_times(
     rounds: int = ROUNDS,
     statistic: Callable[[list[float]], float] = min,
 ) -> dict[int, float]:
-    """Each count's time over `rounds` rounds (its shortest, or `statistic` of them), the rounds
-    alternating between the counts so that a change in load meanwhile falls on all of them alike."""
-    times: dict[int, list[float]] = {n: [] for n in counts}
-    for _ in range(rounds):
-        for n in counts:
-            times[n].append(timed(n))
+    """Each count's time over `rounds` alternating rounds: its shortest, or `statistic` of them."""
+    times = alternating_rounds({n: partial(timed, n) for n in counts}, rounds)
     return {n: statistic(t) for n, t in times.items()}
+
+
+def alternating_rounds(timers: Mapping[K, Callable[[], float]], rounds: int) -> dict[K, list[float]]:
+    """Each timer's seconds in each of `rounds` rounds, the rounds alternating between the timers so
+    that a change in the machine's load meanwhile falls on all of them alike (the thread counts
+    here, measured.py's precisions and Muon's orthogonalisation)."""
+    times: dict[K, list[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, once in timers.items():
+            times[name].append(once())
+    return times
 
 
 def pick(best: dict[int, float], margin: float = 1.0) -> int:
@@ -69,11 +80,6 @@ def pick(best: dict[int, float], margin: float = 1.0) -> int:
     (their times count `margin` times over). A tie goes to more threads."""
     most = max(best)
     return min(best, key=lambda n: (best[n] * (1.0 if n == most else margin), -n))
-
-
-def fastest(counts: Sequence[int], timed: Callable[[int], float], rounds: int = ROUNDS) -> int:
-    """The count with the shortest best time (a tie goes to more threads)."""
-    return pick(best_times(counts, timed, rounds))
 
 
 def timed_pass(
@@ -119,12 +125,9 @@ def timed_counts(
     return best
 
 
-def choose(
-    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int, margin: float = 1.0
-) -> int:
-    """Time the candidate counts on `batch` and set torch to the fastest (fewer than all cores
-    only when faster by `margin`)."""
-    best = pick(timed_counts(model, batch, precision, cores), margin)
+def choose(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str, cores: int) -> int:
+    """Time the candidate counts on `batch` and set torch to the fastest (adaptive_threads)."""
+    best = pick(timed_counts(model, batch, precision, cores))
     torch.set_num_threads(best)
     return best
 
